@@ -1,0 +1,269 @@
+// dcomm-bench: bus bandwidth of dcomm's collectives, with nccl-tests' flags and columns.
+//
+//   dcomm-bench [collective] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o op]
+//               [-d type] [-r root] [-n iters] [-w warmup] [-c 0|1]
+//
+// collective: all_reduce (default), reduce_scatter, all_gather, broadcast, reduce,
+// send_recv, all_to_all. Started under torchrun, mpirun or srun it is one rank of that job;
+// started plainly it launches -N local ranks of itself (default 2) and waits for them.
+//
+// size is the bytes of the largest buffer, as in nccl-tests (all_gather: the gathered
+// output; reduce_scatter: the input). time is the mean per iteration, the slowest rank's.
+// algbw = size / time; busbw = algbw x the collective's factor: all_reduce 2(n-1)/n,
+// reduce_scatter, all_gather and all_to_all (n-1)/n, broadcast, reduce and send_recv 1.
+// Buffers are allocated and touched once, before timing, and reused for every size.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <dcomm/bootstrap/local_launch.hpp>
+#include <dcomm/dcomm.hpp>
+
+#include "support/values.hpp"
+
+using namespace dcomm;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  std::string coll = "all_reduce";
+  int ranks = 2;
+  size_t min_bytes = 32 << 20, max_bytes = 32 << 20;
+  double factor = 2;
+  ReduceOp op = ReduceOp::kSum;
+  DataType type = DataType::kFloat32;
+  int root = 0;
+  int iters = 20, warmup = 5;
+  bool check = true;
+};
+
+[[noreturn]] void usage(const char* msg) {
+  std::fprintf(stderr,
+               "dcomm-bench: %s\nusage: dcomm-bench [all_reduce|reduce_scatter|all_gather|broadcast|reduce|"
+               "send_recv|all_to_all] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o sum|prod|min|max|avg] "
+               "[-d type] [-r root] [-n iters] [-w warmup] [-c 0|1]\n",
+               msg);
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  int i = 1;
+  if (i < argc && argv[i][0] != '-') o.coll = argv[i++];
+  for (; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (i + 1 >= argc) usage(("missing value after " + flag).c_str());
+    std::string v = argv[++i];
+    auto size = [&] {
+      auto s = parse_size(v, flag.c_str());
+      if (!s.ok() || *s < 0) usage(s.ok() ? "negative size" : s.status().message().c_str());
+      return static_cast<size_t>(*s);
+    };
+    if (flag == "-N") o.ranks = std::atoi(v.c_str());
+    else if (flag == "-b") o.min_bytes = size();
+    else if (flag == "-e") o.max_bytes = size();
+    else if (flag == "-f") o.factor = std::atof(v.c_str());
+    else if (flag == "-r") o.root = std::atoi(v.c_str());
+    else if (flag == "-n") o.iters = std::atoi(v.c_str());
+    else if (flag == "-w") o.warmup = std::atoi(v.c_str());
+    else if (flag == "-c") o.check = v != "0";
+    else if (flag == "-o") {
+      auto op = parse_reduce_op(v);
+      if (!op) usage(("unknown op " + v).c_str());
+      o.op = *op;
+    } else if (flag == "-d") {
+      auto t = parse_data_type(v);
+      if (!t) usage(("unknown type " + v).c_str());
+      o.type = *t;
+    } else {
+      usage(("unknown flag " + flag).c_str());
+    }
+  }
+  static const char* kColls[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "send_recv", "all_to_all"};
+  if (std::find(std::begin(kColls), std::end(kColls), o.coll) == std::end(kColls)) usage(("unknown collective " + o.coll).c_str());
+  if (o.ranks < 1 || o.iters < 1 || o.warmup < 0 || o.factor <= 1 || o.min_bytes > o.max_bytes) usage("bad numbers");
+  return o;
+}
+
+// The collective of one iteration. count: elements of the size column's buffer.
+struct Bench {
+  Communicator& c;
+  const Options& o;
+  size_t eb;
+  std::vector<char> send, recv;  // allocated for max_bytes, touched once
+
+  int n() const { return c.size(); }
+  // (send elements, recv elements) of a call whose size column is `count` elements.
+  std::pair<size_t, size_t> counts(size_t count) const {
+    size_t un = static_cast<size_t>(n());
+    if (o.coll == "reduce_scatter") return {count / un * un, count / un};
+    if (o.coll == "all_gather") return {count / un, count / un * un};
+    if (o.coll == "all_to_all") return {count / un * un, count / un * un};
+    return {count, count};
+  }
+  double bus_factor() const {
+    double nn = n();
+    if (o.coll == "all_reduce") return 2 * (nn - 1) / nn;
+    if (o.coll == "reduce_scatter" || o.coll == "all_gather" || o.coll == "all_to_all") return (nn - 1) / nn;
+    return 1;
+  }
+  // In place: the output is where the collective reads its input, as nccl-tests. all_to_all
+  // has no in-place form: its in-place column runs out of place again.
+  void* in_ptr(bool in_place) {
+    if (!in_place || o.coll == "all_to_all") return send.data();
+    if (o.coll == "all_gather") return recv.data() + static_cast<size_t>(c.rank()) * counts(cur_count).first * eb;
+    return recv.data();
+  }
+  void* out_ptr(bool in_place) {
+    if (in_place && o.coll == "reduce_scatter") return recv.data() + static_cast<size_t>(c.rank()) * counts(cur_count).second * eb;
+    return recv.data();
+  }
+  size_t cur_count = 0;
+
+  Status run(bool in_place) {
+    auto [sc, rc] = counts(cur_count);
+    const void* in = in_ptr(in_place);
+    void* out = out_ptr(in_place);
+    if (o.coll == "all_reduce") return c.all_reduce(in, out, sc, o.type, o.op);
+    if (o.coll == "reduce_scatter") return c.reduce_scatter(in, out, rc, o.type, o.op);
+    if (o.coll == "all_gather") return c.all_gather(in, out, sc, o.type);
+    if (o.coll == "broadcast") return c.broadcast(in, out, sc, o.type, o.root);
+    if (o.coll == "reduce") return c.reduce(in, out, sc, o.type, o.op, o.root);
+    if (o.coll == "send_recv")
+      return c.send_recv(in, sc, (c.rank() + 1) % n(), out, rc, (c.rank() + n() - 1) % n(), o.type);
+    size_t per = sc / static_cast<size_t>(n());  // all_to_all through one p2p batch
+    std::vector<P2POp> ops;
+    for (int p = 0; p < n(); ++p) {
+      ops.push_back(P2POp::send(static_cast<const char*>(in) + static_cast<size_t>(p) * per * eb, per, o.type, p));
+      ops.push_back(P2POp::recv(static_cast<char*>(out) + static_cast<size_t>(p) * per * eb, per, o.type, p));
+    }
+    return c.p2p(ops);
+  }
+
+  // Fills the input with verifiable values, runs once, counts wrong output elements.
+  Result<int64_t> verify(bool in_place) {
+    auto [sc, rc] = counts(cur_count);
+    using namespace dcomm_test;
+    const int r = c.rank();
+    return dispatch_type(o.type, [&]<class T>() -> Result<int64_t> {
+      T* in = static_cast<T*>(in_ptr(in_place));
+      for (size_t i = 0; i < sc; ++i) in[i] = from_int<T>(input_value(o.type, o.op, r, i));
+      Status s = run(in_place);
+      if (!s.ok()) return s;
+      const T* out = static_cast<const T*>(out_ptr(in_place));
+      size_t un = static_cast<size_t>(n());
+      int64_t wrong = 0;
+      auto expect = [&](size_t i) -> T {
+        if (o.coll == "all_reduce" || o.coll == "reduce") return expected_reduction<T>(o.type, o.op, n(), i);
+        if (o.coll == "reduce_scatter") return expected_reduction<T>(o.type, o.op, n(), static_cast<size_t>(r) * rc + i);
+        if (o.coll == "all_gather") return from_int<T>(input_value(o.type, o.op, static_cast<int>(i / sc), i % sc));
+        if (o.coll == "broadcast") return from_int<T>(input_value(o.type, o.op, o.root, i));
+        if (o.coll == "send_recv") return from_int<T>(input_value(o.type, o.op, (r + n() - 1) % n(), i));
+        size_t per = sc / un;  // all_to_all: block p came from rank p, its block r
+        return from_int<T>(input_value(o.type, o.op, static_cast<int>(i / per), static_cast<size_t>(r) * per + i % per));
+      };
+      size_t out_count = (o.coll == "reduce" && r != o.root) ? 0 : rc;
+      for (size_t i = 0; i < out_count; ++i) wrong += !same_bits(out[i], expect(i));
+      return wrong;
+    });
+  }
+};
+
+int run_rank(const Options& o) {
+  auto comm = Communicator::from_env();
+  if (!comm.ok()) {
+    std::fprintf(stderr, "dcomm-bench: %s\n", comm.status().message().c_str());
+    return 1;
+  }
+  Communicator& c = **comm;
+  if (o.root >= c.size()) usage("root out of range");
+  const size_t eb = size_of(o.type);
+  Bench b{c, o, eb, {}, {}};
+  b.send.assign(o.max_bytes + 64, 1);  // touched now: no page faults inside the timing
+  b.recv.assign(o.max_bytes + 64, 1);
+  if (c.rank() == 0) {
+    std::printf("# dcomm-bench %s: %d ranks (%d on this host, next rank via %s), %s %s, root %d, iters %d, warmup %d, "
+                "check %d\n#\n",
+                o.coll.c_str(), c.size(), c.local_size(), c.transport_to((c.rank() + 1) % c.size()), to_string(o.type),
+                to_string(o.op), o.root, o.iters, o.warmup, o.check ? 1 : 0);
+    std::printf("# %10s %12s %8s %6s %6s  %9s %7s %7s %6s  %9s %7s %7s %6s\n", "", "", "", "", "", "out-of-place", "", "",
+                "", "in-place", "", "", "");
+    std::printf("# %10s %12s %8s %6s %6s  %9s %7s %7s %6s  %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
+                "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    std::printf("# %10s %12s %8s %6s %6s  %9s %7s %7s %6s  %9s %7s %7s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+                "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  }
+  double bus_sum = 0;
+  int rows = 0;
+  int64_t total_wrong = 0;
+  for (size_t bytes = o.min_bytes; bytes <= o.max_bytes;) {
+    size_t count = std::max<size_t>(bytes / eb, 1);
+    auto [sc, rc] = b.counts(count);
+    size_t shown = std::max(sc, rc);
+    b.cur_count = count;
+    double us[2] = {0, 0};
+    int64_t wrong[2] = {0, 0};
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      for (int i = 0; i < o.warmup; ++i)
+        if (Status s = b.run(in_place); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+      if (Status s = c.barrier(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+      auto t0 = Clock::now();
+      for (int i = 0; i < o.iters; ++i)
+        if (Status s = b.run(in_place); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+      double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
+      if (Status s = c.all_reduce(&t, &us[in_place], 1, DataType::kFloat64, ReduceOp::kMax); !s.ok()) return 1;
+      if (o.check) {
+        auto w = b.verify(in_place);
+        if (!w.ok()) return std::fprintf(stderr, "%s\n", w.status().message().c_str()), 1;
+        if (Status s = c.all_reduce(&*w, &wrong[in_place], 1, DataType::kInt64, ReduceOp::kSum); !s.ok()) return 1;
+      }
+    }
+    if (c.rank() == 0) {
+      double size_b = static_cast<double>(shown * eb);
+      std::printf("  %10zu %12zu %8s %6s %6d", shown * eb, shown, to_string(o.type), to_string(o.op),
+                  (o.coll == "broadcast" || o.coll == "reduce") ? o.root : -1);
+      for (int k = 0; k < 2; ++k) {
+        double algbw = size_b / us[k] / 1e3;
+        std::printf("  %9.2f %7.2f %7.2f %6lld", us[k], algbw, algbw * b.bus_factor(), static_cast<long long>(wrong[k]));
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+      bus_sum += size_b / us[0] / 1e3 * b.bus_factor();
+      ++rows;
+    }
+    total_wrong += wrong[0] + wrong[1];
+    size_t next = static_cast<size_t>(static_cast<double>(bytes) * o.factor);
+    if (next <= bytes) break;
+    bytes = next;
+  }
+  if (c.rank() == 0) {
+    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %.3f\n#\n", rows ? bus_sum / rows : 0.0);
+  }
+  return total_wrong ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  if (detect_launch().ok()) return run_rank(o);
+  // Not launched by anyone: become the launcher of -N local ranks.
+  std::vector<std::string> args(argv, argv + argc);
+  char self[4096] = {};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) args[0] = std::string(self, static_cast<size_t>(n));
+  auto ranks = spawn_local_ranks(args, o.ranks);
+  if (!ranks.ok()) return std::fprintf(stderr, "dcomm-bench: %s\n", ranks.status().message().c_str()), 1;
+  Status s = wait_local_ranks(*ranks, std::chrono::hours(24));
+  int worst = 0;
+  for (int code : ranks->exit_codes) worst = std::max(worst, code != 0 ? 1 : 0);
+  if (!s.ok()) std::fprintf(stderr, "dcomm-bench: %s\n", s.message().c_str());
+  return worst;
+}

@@ -1,0 +1,121 @@
+// Point-to-point: a batch of sends and receives (NCCL's group of ncclSend/ncclRecv, torch's
+// batch_isend_irecv) progressed together, a slot at a time, so two ranks that send large
+// messages to each other do not deadlock the way two blocking MPI_Send calls can. Messages
+// between one pair of ranks in one direction match in call order. Sends to self are matched
+// with receives from self in the same batch.
+#pragma once
+
+#include <cstring>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/core/types.hpp"
+#include "dcomm/core/wait.hpp"
+#include "dcomm/prims/peer.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+struct P2POp {
+  enum class Kind { kSend, kRecv };
+  Kind kind;
+  int peer;
+  void* buffer;  // read for kSend, written for kRecv
+  size_t count;
+  DataType type;
+
+  static P2POp send(const void* buf, size_t count, DataType type, int peer) {
+    return {Kind::kSend, peer, const_cast<void*>(buf), count, type};
+  }
+  static P2POp recv(void* buf, size_t count, DataType type, int peer) { return {Kind::kRecv, peer, buf, count, type}; }
+  size_t bytes() const { return count * size_of(type); }
+};
+
+// ports[p] is the port to rank p (null for this rank). Each message takes at least one slot,
+// so zero-byte messages keep their place in the order.
+inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<PeerPort*>& ports, const Config& config) {
+  // Self messages: the k-th send to self feeds the k-th receive from self.
+  std::vector<const P2POp*> self_sends, self_recvs;
+  for (const auto& op : ops)
+    if (op.peer == rank) (op.kind == P2POp::Kind::kSend ? self_sends : self_recvs).push_back(&op);
+  if (self_sends.size() != self_recvs.size())
+    return invalid_argument(self_sends.size(), " send(s) to self but ", self_recvs.size(),
+                            " receive(s) from self in one batch; they must pair up");
+  for (size_t i = 0; i < self_sends.size(); ++i) {
+    if (self_sends[i]->bytes() != self_recvs[i]->bytes())
+      return invalid_argument("send to self of ", self_sends[i]->bytes(), " bytes met a receive from self of ",
+                              self_recvs[i]->bytes(), " bytes");
+    if (self_sends[i]->bytes()) std::memmove(self_recvs[i]->buffer, self_sends[i]->buffer, self_sends[i]->bytes());
+  }
+
+  struct Progress {
+    size_t done_bytes = 0;
+    bool finished = false;
+  };
+  std::vector<Progress> state(ops.size());
+  size_t remaining = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].peer == rank) state[i].finished = true;
+    else ++remaining;
+  }
+  Backoff backoff(config.spin_iterations);
+  std::optional<Deadline> deadline;
+  while (remaining > 0) {
+    bool progress = false;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (state[i].finished) continue;
+      const P2POp& op = ops[i];
+      bool blocked = false;  // an earlier message on the same pair and direction goes first
+      for (size_t j = 0; j < i && !blocked; ++j)
+        blocked = !state[j].finished && ops[j].peer == op.peer && ops[j].kind == op.kind;
+      if (blocked) continue;
+      PeerPort* port = ports[static_cast<size_t>(op.peer)];
+      const size_t total = op.bytes();
+      for (;;) {
+        size_t n = std::min(port->slot_bytes(), total - state[i].done_bytes);
+        char* base = static_cast<char*>(op.buffer) + state[i].done_bytes;
+        if (op.kind == P2POp::Kind::kSend) {
+          char* slot = nullptr;
+          if (!port->try_acquire_send(&slot)) break;
+          if (n) std::memcpy(slot, base, n);
+          port->commit_send(n);
+        } else {
+          const char* slot = nullptr;
+          Status bad;
+          if (!port->try_acquire_recv(n, &slot, &bad)) break;
+          if (!bad.ok()) return bad;
+          if (n) std::memcpy(base, slot, n);
+          port->release_recv();
+        }
+        progress = true;
+        state[i].done_bytes += n;
+        if (state[i].done_bytes == total) {
+          state[i].finished = true;
+          --remaining;
+          break;
+        }
+      }
+    }
+    if (progress) {
+      backoff.reset();
+      deadline.reset();
+      continue;
+    }
+    if (!backoff.pause()) continue;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (!state[i].finished)
+        DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(ops[i].peer)]->check_alive(ops[i].kind == P2POp::Kind::kSend));
+    if (!deadline) {
+      deadline.emplace(config.timeout);
+    } else if (deadline->expired()) {
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (!state[i].finished)
+          return ports[static_cast<size_t>(ops[i].peer)]->timeout_error(ops[i].kind == P2POp::Kind::kSend);
+    }
+  }
+  return {};
+}
+
+DCOMM_NAMESPACE_END

@@ -1,0 +1,118 @@
+// Ring algorithms: all_reduce, reduce_scatter and all_gather as schedules over primitives.
+//
+// Nomenclature (as Gloo's allreduce.cc): the data is cut into `size` chunks, one per rank;
+// a chunk is moved a slice at a time (a slice fits one slot), and a round is one slice of
+// every chunk. Rank r sends to r+1 and receives from r-1; at step s of the reduce-scatter it
+// sends chunk r-s-1, so after size-1 steps it holds the full reduction of chunk r, and the
+// all-gather then passes each finished chunk once around the ring. Each rank sends
+// 2(size-1)/size of the data in all_reduce and (size-1)/size in the other two, the optimum
+// for a ring. Slots let several slices be in flight, which pipelines the rounds.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/prims/primitives.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+struct RingBuffers {
+  const char* send;
+  char* recv;
+  size_t count;  // all_reduce: elements in each buffer; reduce_scatter / all_gather: per rank
+};
+
+namespace detail {
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+inline const char* at(const char* p, size_t i, size_t elem) { return p + i * elem; }
+inline char* at(char* p, size_t i, size_t elem) { return p + i * elem; }
+}  // namespace detail
+
+// all_reduce: each round covers up to size*slice elements, cut into `size` equal chunks.
+inline Status ring_all_reduce(Primitives& p, int rank, int size, const RingBuffers& b) {
+  using detail::at;
+  using detail::mod;
+  const size_t eb = p.elem_bytes();
+  if (size == 1) {
+    if (b.recv != b.send && b.count) std::memcpy(b.recv, b.send, b.count * eb);
+    return {};
+  }
+  const size_t round_elems = p.slice_elems() * static_cast<size_t>(size);
+  for (size_t base = 0; base < b.count; base += round_elems) {
+    const size_t n = std::min(round_elems, b.count - base);
+    const size_t per = (n + static_cast<size_t>(size) - 1) / static_cast<size_t>(size);
+    auto off = [&](int c) { return base + std::min(n, per * static_cast<size_t>(c)); };
+    auto len = [&](int c) { return off(c + 1) - off(c); };
+    auto in = [&](int c) { return at(b.send, off(c), eb); };
+    auto out = [&](int c) { return at(b.recv, off(c), eb); };
+
+    // Reduce-scatter. Step 0: send our chunk r-1.
+    int c = mod(rank - 1, size);
+    DCOMM_RETURN_IF_ERROR(p.send(in(c), len(c)));
+    // Steps 1..size-2: add our share to chunk r-s-1 and pass it on.
+    for (int s = 1; s < size - 1; ++s) {
+      c = mod(rank - s - 1, size);
+      DCOMM_RETURN_IF_ERROR(p.recv_reduce_send(in(c), len(c)));
+    }
+    // Last step: chunk r is complete here; keep it and start it round the ring.
+    c = rank;
+    DCOMM_RETURN_IF_ERROR(p.recv_reduce_copy_send(in(c), out(c), len(c)));
+
+    // All-gather: receive the finished chunk r-t-1, keep it, forward all but the last.
+    for (int t = 0; t < size - 2; ++t) {
+      c = mod(rank - t - 1, size);
+      DCOMM_RETURN_IF_ERROR(p.recv_copy_send(out(c), len(c)));
+    }
+    c = mod(rank + 1, size);
+    DCOMM_RETURN_IF_ERROR(p.recv(out(c), len(c)));
+  }
+  return {};
+}
+
+// reduce_scatter: chunk c is send[c*count, (c+1)*count); rank r keeps the reduced chunk r.
+inline Status ring_reduce_scatter(Primitives& p, int rank, int size, const RingBuffers& b) {
+  using detail::at;
+  using detail::mod;
+  const size_t eb = p.elem_bytes();
+  if (size == 1) {
+    if (b.recv != b.send && b.count) std::memcpy(b.recv, b.send, b.count * eb);
+    return {};
+  }
+  const size_t slice = p.slice_elems();
+  for (size_t base = 0; base < b.count; base += slice) {
+    const size_t n = std::min(slice, b.count - base);
+    auto in = [&](int c) { return at(b.send, static_cast<size_t>(c) * b.count + base, eb); };
+    int c = mod(rank - 1, size);
+    DCOMM_RETURN_IF_ERROR(p.send(in(c), n));
+    for (int s = 1; s < size - 1; ++s) {
+      c = mod(rank - s - 1, size);
+      DCOMM_RETURN_IF_ERROR(p.recv_reduce_send(in(c), n));
+    }
+    DCOMM_RETURN_IF_ERROR(p.recv_reduce_copy(in(rank), at(b.recv, base, eb), n));
+  }
+  return {};
+}
+
+// all_gather: rank r's send lands at recv[r*count, (r+1)*count) on every rank.
+inline Status ring_all_gather(Primitives& p, int rank, int size, const RingBuffers& b) {
+  using detail::at;
+  using detail::mod;
+  const size_t eb = p.elem_bytes();
+  const size_t slice = size == 1 ? std::max<size_t>(b.count, 1) : p.slice_elems();
+  for (size_t base = 0; base < b.count; base += slice) {
+    const size_t n = std::min(slice, b.count - base);
+    auto out = [&](int c) { return at(b.recv, static_cast<size_t>(c) * b.count + base, eb); };
+    if (size == 1) {
+      if (out(0) != at(b.send, base, eb)) std::memcpy(out(0), at(b.send, base, eb), n * eb);
+      continue;
+    }
+    DCOMM_RETURN_IF_ERROR(p.copy_send(at(b.send, base, eb), out(rank), n));
+    for (int t = 0; t < size - 2; ++t) DCOMM_RETURN_IF_ERROR(p.recv_copy_send(out(mod(rank - t - 1, size)), n));
+    DCOMM_RETURN_IF_ERROR(p.recv(out(mod(rank + 1, size)), n));
+  }
+  return {};
+}
+
+DCOMM_NAMESPACE_END

@@ -1,0 +1,199 @@
+// Where a communicator's rank, size and rendezvous address come from: torchrun, OpenMPI's
+// mpirun, Slurm's srun, or a UniqueId made by one rank and handed to the others out of band.
+#pragma once
+
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "dcomm/bootstrap/socket.hpp"
+#include "dcomm/bootstrap/store.hpp"
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/env.hpp"
+#include "dcomm/core/status.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+namespace detail {
+// Rendezvous store servers hosted by this process, by port. They live until the process exits,
+// so communicators created later from the same id or environment (splits, a second
+// from_env) find theirs; a communicator never outlives the server it rendezvoused through.
+struct ServerRegistry {
+  std::mutex mu;
+  std::map<int, std::shared_ptr<StoreServer>> servers;
+};
+inline ServerRegistry& server_registry() {
+  static ServerRegistry r;
+  return r;
+}
+
+inline Result<std::shared_ptr<StoreServer>> serve_store(int port) {
+  auto& reg = server_registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  if (port != 0) {
+    auto it = reg.servers.find(port);
+    if (it != reg.servers.end()) return it->second;
+  }
+  auto server = StoreServer::start({"0.0.0.0", port});
+  if (!server.ok()) return server.status();
+  reg.servers[(*server)->address().port] = *server;
+  return *server;
+}
+
+inline uint64_t random_u64() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// The address other hosts reach this one at: DCOMM_SOCKET_IFNAME's, else the first
+// non-loopback IPv4 address, else loopback.
+inline Result<std::string> advertised_ip() {
+  std::string ifname = env_or("DCOMM_SOCKET_IFNAME");
+  if (!ifname.empty()) return interface_ip(ifname);
+  ifaddrs* list = nullptr;
+  std::string found = "127.0.0.1";
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || std::string(i->ifa_name) == "lo") continue;
+      char buf[INET_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+      found = buf;
+      break;
+    }
+    freeifaddrs(list);
+  }
+  return found;
+}
+}  // namespace detail
+
+// NCCL-style unique id: one rank makes it (which starts a rendezvous store in that process),
+// sends to_string() to the others by any means, and every rank passes it to Communicator::init.
+struct UniqueId {
+  SocketAddress address;
+  uint64_t nonce = 0;
+
+  static Result<UniqueId> create() {
+    auto ip = detail::advertised_ip();
+    if (!ip.ok()) return ip.status();
+    auto server = detail::serve_store(0);
+    if (!server.ok()) return server.status();
+    return UniqueId{{*ip, (*server)->address().port}, detail::random_u64()};
+  }
+  std::string to_string() const {
+    char nonce_hex[17];
+    std::snprintf(nonce_hex, sizeof nonce_hex, "%016" PRIx64, nonce);
+    return detail::cat("dcomm1:", nonce_hex, "@", address.to_string());
+  }
+  static Result<UniqueId> parse(const std::string& text) {
+    size_t at = text.find('@');
+    if (text.rfind("dcomm1:", 0) != 0 || at == std::string::npos || at != 23)
+      return invalid_argument("'", text, "' is not a dcomm unique id (dcomm1:<16 hex digits>@host:port)");
+    auto addr = parse_address(text.substr(at + 1));
+    if (!addr.ok()) return addr.status().with_context("unique id");
+    UniqueId id;
+    id.address = *addr;
+    id.nonce = std::strtoull(text.substr(7, 16).c_str(), nullptr, 16);
+    return id;
+  }
+};
+
+// What the launcher told this process.
+struct LaunchInfo {
+  std::string launcher;  // "torchrun", "mpirun", "srun", "dcomm"
+  int rank = -1;
+  int size = -1;
+  int local_rank = -1;   // as the launcher says; dcomm also derives it from the hosts
+  SocketAddress rendezvous;
+  bool host_store = false;  // this process serves the store (rank 0 of an address rendezvous)
+  uint64_t nonce = 0;       // from a unique id; 0 for address rendezvous
+};
+
+namespace detail {
+inline Result<int> env_int(const char* name) {
+  std::string v = env_or(name);
+  char* end = nullptr;
+  long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < 0) return invalid_argument(name, "='", v, "' is not a non-negative integer");
+  return static_cast<int>(x);
+}
+
+// Rendezvous address for launchers that give none: DCOMM_COMM_ID, else MASTER_ADDR/PORT.
+inline Result<SocketAddress> rendezvous_from_env(const std::string& launcher, bool single_host, const std::string& job_key) {
+  std::string id = env_or("DCOMM_COMM_ID");
+  if (!id.empty()) return parse_address(id);
+  std::string addr = env_or("MASTER_ADDR"), port = env_or("MASTER_PORT");
+  if (!addr.empty() && !port.empty()) return parse_address(addr + ":" + port);
+  if (single_host && !job_key.empty()) {
+    // Every rank of a one-host job derives the same port from the job's id.
+    uint64_t h = 1469598103934665603ull;
+    for (char c : job_key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    return SocketAddress{"127.0.0.1", static_cast<int>(40000 + h % 20000)};
+  }
+  return invalid_argument(launcher, " launched this process but no rendezvous address is set: set DCOMM_COMM_ID=host:port "
+                          "(or MASTER_ADDR and MASTER_PORT) to a free port on the host of rank 0");
+}
+}  // namespace detail
+
+// Reads the environment of torchrun, mpirun (OpenMPI) or srun (Slurm), or dcomm's own
+// DCOMM_RANK / DCOMM_WORLD_SIZE; DCOMM_UNIQUE_ID, if set, gives the rendezvous instead of an
+// address.
+inline Result<LaunchInfo> detect_launch() {
+  LaunchInfo info;
+  const char* rank_var = nullptr;
+  const char* size_var = nullptr;
+  const char* local_var = nullptr;
+  bool single_host = false;
+  std::string job_key;
+  if (!env_or("DCOMM_RANK").empty()) {
+    info.launcher = "dcomm";  // dcomm-bench and the tests start ranks this way
+    rank_var = "DCOMM_RANK", size_var = "DCOMM_WORLD_SIZE", local_var = "DCOMM_LOCAL_RANK";
+  } else if (!env_or("RANK").empty() && !env_or("WORLD_SIZE").empty()) {
+    info.launcher = "torchrun";
+    rank_var = "RANK", size_var = "WORLD_SIZE", local_var = "LOCAL_RANK";
+  } else if (!env_or("OMPI_COMM_WORLD_RANK").empty()) {
+    info.launcher = "mpirun";
+    rank_var = "OMPI_COMM_WORLD_RANK", size_var = "OMPI_COMM_WORLD_SIZE", local_var = "OMPI_COMM_WORLD_LOCAL_RANK";
+    single_host = env_or("OMPI_COMM_WORLD_LOCAL_SIZE") == env_or("OMPI_COMM_WORLD_SIZE");
+    job_key = env_or("OMPI_MCA_orte_hnp_uri", env_or("PMIX_NAMESPACE", env_or("OMPI_MCA_ess_base_jobid")));
+  } else if (!env_or("SLURM_PROCID").empty()) {
+    info.launcher = "srun";
+    rank_var = "SLURM_PROCID", size_var = "SLURM_NTASKS", local_var = "SLURM_LOCALID";
+    single_host = env_or("SLURM_NNODES", env_or("SLURM_JOB_NUM_NODES")) == "1";
+    job_key = env_or("SLURM_JOB_ID") + "." + env_or("SLURM_STEP_ID");
+  } else {
+    return invalid_argument("no launcher environment found: expected torchrun's RANK/WORLD_SIZE, mpirun's "
+                            "OMPI_COMM_WORLD_RANK/SIZE or srun's SLURM_PROCID/SLURM_NTASKS");
+  }
+  auto rank = detail::env_int(rank_var);
+  auto size = detail::env_int(size_var);
+  if (!rank.ok()) return rank.status().with_context(info.launcher);
+  if (!size.ok()) return size.status().with_context(info.launcher);
+  info.rank = *rank;
+  info.size = *size;
+  if (auto local = detail::env_int(local_var); local.ok()) info.local_rank = *local;
+  if (info.size < 1 || info.rank >= info.size)
+    return invalid_argument(info.launcher, ": rank ", info.rank, " is not below the world size ", info.size);
+
+  std::string uid = env_or("DCOMM_UNIQUE_ID");
+  if (!uid.empty()) {
+    auto id = UniqueId::parse(uid);
+    if (!id.ok()) return id.status().with_context("DCOMM_UNIQUE_ID");
+    info.rendezvous = id->address;
+    info.nonce = id->nonce;
+    return info;
+  }
+  auto addr = detail::rendezvous_from_env(info.launcher, single_host, job_key);
+  if (!addr.ok()) return addr.status();
+  info.rendezvous = *addr;
+  // torchrun's agent already serves its own store on MASTER_PORT; dcomm's goes on the next port.
+  if (info.launcher == "torchrun" && env_or("DCOMM_COMM_ID").empty() && !env_or("TORCHELASTIC_USE_AGENT_STORE").empty())
+    info.rendezvous.port += 1;
+  info.host_store = info.rank == 0;
+  return info;
+}
+
+DCOMM_NAMESPACE_END

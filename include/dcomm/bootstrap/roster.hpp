@@ -1,0 +1,115 @@
+// The roster: every rank claims its rank number in the store, publishes its PeerInfo, and
+// learns everyone else's. The last rank to arrive checks that each rank was claimed exactly
+// once and publishes the verdict, so a duplicated or missing rank is reported on every rank
+// at once rather than as a timeout somewhere later.
+#pragma once
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "dcomm/bootstrap/launcher.hpp"
+#include "dcomm/bootstrap/store.hpp"
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/transport/transport.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+namespace detail {
+inline std::string read_link(const char* path) {
+  char buf[256] = {};
+  ssize_t n = readlink(path, buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// Ranks with equal host ids can share memory: same machine (boot id) and the same IPC, mount
+// and network namespaces (ranks in separate network namespaces are treated as separate hosts,
+// which is how multi-host runs are tested on one machine).
+inline std::string this_host_id() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return cat(host, "|", boot, "|", read_link("/proc/self/ns/ipc"), "|", read_link("/proc/self/ns/mnt"), "|",
+             read_link("/proc/self/ns/net"));
+}
+
+inline uint64_t this_process_id() {
+  static const uint64_t id = random_u64();
+  return id;
+}
+
+inline std::string serialize(const PeerInfo& p) {
+  return cat(p.rank, "\n", p.hostname, "\n", p.host_id, "\n", p.pid, "\n", p.address, "\n", p.process_id, "\n");
+}
+inline PeerInfo deserialize(const std::string& text) {
+  std::istringstream in(text);
+  PeerInfo p;
+  std::string line;
+  std::getline(in, line), p.rank = std::stoi(line);
+  std::getline(in, p.hostname);
+  std::getline(in, p.host_id);
+  std::getline(in, line), p.pid = std::stoi(line);
+  std::getline(in, p.address);
+  std::getline(in, line), p.process_id = std::stoull(line);
+  return p;
+}
+}  // namespace detail
+
+inline PeerInfo make_self_info(int rank, const std::string& listen_address) {
+  PeerInfo p;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  p.rank = rank;
+  p.hostname = host;
+  p.host_id = detail::this_host_id();
+  p.pid = static_cast<int>(getpid());
+  p.address = listen_address;
+  p.process_id = detail::this_process_id();
+  return p;
+}
+
+inline Result<std::vector<PeerInfo>> exchange_roster(StoreClient& store, const std::string& prefix, int size,
+                                                     const PeerInfo& self) {
+  const int rank = self.rank;
+  auto claims = store.add(detail::cat(prefix, "/claim/", rank), 1);
+  if (!claims.ok()) return claims.status();
+  if (*claims == 1) DCOMM_RETURN_IF_ERROR(store.set(detail::cat(prefix, "/info/", rank), detail::serialize(self)));
+  auto arrived = store.add(prefix + "/arrivals", 1);
+  if (!arrived.ok()) return arrived.status();
+  if (*claims > 1)
+    return invalid_argument("rank ", rank, " was already claimed by another process (this is pid ", self.pid, " on ",
+                            self.hostname, "): each rank must be started once");
+  if (*arrived > size) return invalid_argument("more than ", size, " processes joined a communicator of size ", size);
+  if (*arrived == size) {
+    std::string verdict;
+    for (int r = 0; r < size; ++r) {
+      auto n = store.add(detail::cat(prefix, "/claim/", r), 0);
+      if (!n.ok()) return n.status();
+      if (*n != 1)
+        verdict += detail::cat(verdict.empty() ? "" : "; ", "rank ", r, " was claimed by ", *n, " processes");
+    }
+    DCOMM_RETURN_IF_ERROR(store.set(prefix + "/roster", verdict.empty() ? "ok" : verdict));
+  }
+  auto roster = store.get(prefix + "/roster");
+  if (!roster.ok()) {
+    if (roster.status().code() == ErrorCode::kTimeout)
+      return make_error(ErrorCode::kTimeout, "only ", *arrived, " of ", size, " ranks had reached the rendezvous at ",
+                        store.server_address().to_string(), " when this rank arrived, and the rest did not come within ",
+                        store.timeout().count(), " ms (DCOMM_TIMEOUT_MS)");
+    return roster.status();
+  }
+  if (*roster != "ok") return invalid_argument("bootstrap failed: ", *roster);
+  std::vector<PeerInfo> peers(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    auto info = store.get(detail::cat(prefix, "/info/", r));
+    if (!info.ok()) return info.status();
+    peers[static_cast<size_t>(r)] = detail::deserialize(*info);
+  }
+  return peers;
+}
+
+DCOMM_NAMESPACE_END

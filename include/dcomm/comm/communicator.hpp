@@ -1,0 +1,504 @@
+// Communicator: one rank's membership in a group. It owns the bootstrap (store and roster),
+// the transports to each peer, the proxy thread, the staging FIFOs and the worker that runs
+// asynchronous calls; it checks each call's arguments and picks the algorithm.
+//
+// Threads: every rank must make the same calls, in the same order, with the same counts,
+// types, ops and roots (as with NCCL and MPI). One communicator is used by one thread at a
+// time; different communicators are independent and may be used concurrently. Blocking
+// calls return when this rank's part is done and its buffers may be reused. *_async calls
+// return a Work handle at once; they run in call order on a worker thread.
+//
+// Failure: a call that fails after data started moving (timeout, dead peer, mismatch)
+// aborts the communicator: every peer is told why, and every later call on any rank returns
+// that error at once. Argument errors fail only the caller's call and abort nothing.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <concepts>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "dcomm/algo/chain.hpp"
+#include "dcomm/algo/p2p.hpp"
+#include "dcomm/algo/ring.hpp"
+#include "dcomm/bootstrap/launcher.hpp"
+#include "dcomm/bootstrap/roster.hpp"
+#include "dcomm/bootstrap/store.hpp"
+#include "dcomm/comm/op.hpp"
+#include "dcomm/comm/work.hpp"
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/env.hpp"
+#include "dcomm/core/log.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/prims/peer.hpp"
+#include "dcomm/prims/primitives.hpp"
+#include "dcomm/reduce/host_reducer.hpp"
+#include "dcomm/transport/inproc.hpp"
+#include "dcomm/transport/mesh.hpp"
+#include "dcomm/transport/proxy.hpp"
+#include "dcomm/transport/shm.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+namespace detail {
+// Ranks of one communicator that are threads of this process, by the communicator's key,
+// so an abort reaches them without a socket.
+struct LocalGroups {
+  std::mutex mu;
+  std::map<std::string, std::map<int, std::weak_ptr<AbortState>>> groups;
+};
+inline LocalGroups& local_groups() {
+  static LocalGroups g;
+  return g;
+}
+
+template <class S, class R>
+concept SameElement = std::same_as<std::remove_const_t<S>, R>;
+}  // namespace detail
+
+class Communicator {
+ public:
+  // ---- creation -------------------------------------------------------------------------
+  // From the launcher's environment: torchrun, mpirun (OpenMPI) or srun (Slurm); see
+  // bootstrap/launcher.hpp and docs/environment.md.
+  static Result<std::unique_ptr<Communicator>> from_env() {
+    auto config = Config::from_env();
+    if (!config.ok()) return config.status();
+    auto launch = detect_launch();
+    if (!launch.ok()) return launch.status();
+    std::shared_ptr<StoreServer> server;
+    if (launch->host_store) {
+      auto s = detail::serve_store(launch->rendezvous.port);
+      if (!s.ok())
+        return s.status().with_context(detail::cat(launch->launcher, " rank 0 cannot serve the rendezvous on port ",
+                                                   launch->rendezvous.port, " (set DCOMM_COMM_ID=host:port to a free port)"));
+      server = *s;
+    }
+    static std::atomic<int> env_count{0};
+    std::string prefix = launch->nonce ? hex(launch->nonce) : detail::cat("env", env_count++);
+    return create(launch->rank, launch->size, launch->rendezvous, prefix, *config, server);
+  }
+
+  // NCCL style: every rank passes the same id (made by UniqueId::create on one of them).
+  static Result<std::unique_ptr<Communicator>> init(int rank, int size, const UniqueId& id) {
+    auto config = Config::from_env();
+    if (!config.ok()) return config.status();
+    return init(rank, size, id, *config);
+  }
+  static Result<std::unique_ptr<Communicator>> init(int rank, int size, const UniqueId& id, const Config& config) {
+    return create(rank, size, id.address, hex(id.nonce), config, nullptr);
+  }
+
+  // `size` ranks as threads of this process (tests; one process driving several devices).
+  // Each returned communicator must then be driven by its own thread.
+  static Result<std::vector<std::unique_ptr<Communicator>>> create_local(int size) {
+    auto config = Config::from_env();
+    if (!config.ok()) return config.status();
+    return create_local(size, *config);
+  }
+  static Result<std::vector<std::unique_ptr<Communicator>>> create_local(int size, const Config& config) {
+    if (size < 1) return invalid_argument("create_local: size ", size, " must be at least 1");
+    auto id = UniqueId::create();
+    if (!id.ok()) return id.status();
+    std::vector<std::unique_ptr<Communicator>> comms(static_cast<size_t>(size));
+    std::vector<Status> errors(static_cast<size_t>(size));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r)
+      threads.emplace_back([&, r] {
+        auto c = init(r, size, *id, config);
+        if (c.ok()) comms[static_cast<size_t>(r)] = std::move(*c);
+        else errors[static_cast<size_t>(r)] = c.status();
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (!e.ok()) return e;
+    return comms;
+  }
+
+  // MPI_Comm_split / ncclCommSplit: collective over this communicator. Ranks with the same
+  // color form a new communicator, ordered by (key, old rank). A negative color joins
+  // none and yields a null pointer.
+  Result<std::unique_ptr<Communicator>> split(int color, int key) {
+    int32_t mine[2] = {color, key};
+    std::vector<int32_t> all(2 * static_cast<size_t>(size_));
+    Status s = all_gather(mine, all.data(), 2, DataType::kInt32);
+    if (!s.ok()) return s.with_context("split");
+    int seq = split_count_++;
+    if (color < 0) return std::unique_ptr<Communicator>();
+    std::vector<std::pair<int, int>> members;  // (key, old rank)
+    for (int r = 0; r < size_; ++r)
+      if (all[2 * static_cast<size_t>(r)] == color) members.emplace_back(all[2 * static_cast<size_t>(r) + 1], r);
+    std::sort(members.begin(), members.end());
+    int new_rank = static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
+    std::string prefix = detail::cat(prefix_, "s", seq, "c", color);
+    return create(new_rank, static_cast<int>(members.size()), store_->server_address(), prefix, config_, server_);
+  }
+
+  ~Communicator() {
+    executor_.shutdown();
+    for (auto& p : ports_)
+      if (p) p->connection().close();
+    if (proxy_) proxy_->stop(config_.timeout);
+    std::lock_guard<std::mutex> lock(detail::local_groups().mu);
+    auto& groups = detail::local_groups().groups;
+    if (auto it = groups.find(prefix_); it != groups.end()) {
+      it->second.erase(rank_);
+      if (it->second.empty()) groups.erase(it);
+    }
+  }
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // ---- what this rank is -----------------------------------------------------------------
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // among ranks on this host
+  int local_size() const { return local_size_; }
+  const PeerInfo& peer(int r) const { return peers_[static_cast<size_t>(r)]; }
+  bool same_host(int r) const { return peers_[static_cast<size_t>(r)].host_id == peers_[static_cast<size_t>(rank_)].host_id; }
+  const char* transport_to(int r) const { return transports_[static_cast<size_t>(r)] ? transports_[static_cast<size_t>(r)]->name() : "self"; }
+  const Config& config() const { return config_; }
+  bool aborted() const { return abort_->aborted(); }
+  // Aborts this communicator on every rank: pending and later calls fail with `why`.
+  void abort(const std::string& why) { abort_->abort(make_error(ErrorCode::kAborted, "rank ", rank_, " called abort(): ", why)); }
+
+  // ---- collectives, raw form (counts in elements) -----------------------------------------
+  Status all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+    return execute({OpKind::kAllReduce, send, recv, count, type, op});
+  }
+  Work all_reduce_async(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+    return execute_async({OpKind::kAllReduce, send, recv, count, type, op});
+  }
+  // send holds size()*recv_count elements; recv gets this rank's reduced block.
+  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) {
+    return execute({OpKind::kReduceScatter, send, recv, recv_count, type, op});
+  }
+  Work reduce_scatter_async(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) {
+    return execute_async({OpKind::kReduceScatter, send, recv, recv_count, type, op});
+  }
+  // recv holds size()*send_count elements, rank r's block at r*send_count. In place when
+  // send == recv + rank()*send_count.
+  Status all_gather(const void* send, void* recv, size_t send_count, DataType type) {
+    return execute({OpKind::kAllGather, send, recv, send_count, type});
+  }
+  Work all_gather_async(const void* send, void* recv, size_t send_count, DataType type) {
+    return execute_async({OpKind::kAllGather, send, recv, send_count, type});
+  }
+  // send is read on the root only; in place when send == recv.
+  Status broadcast(const void* send, void* recv, size_t count, DataType type, int root) {
+    return execute({OpKind::kBroadcast, send, recv, count, type, ReduceOp::kSum, root});
+  }
+  Work broadcast_async(const void* send, void* recv, size_t count, DataType type, int root) {
+    return execute_async({OpKind::kBroadcast, send, recv, count, type, ReduceOp::kSum, root});
+  }
+  // recv is written on the root only (and may be null elsewhere).
+  Status reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+    return execute({OpKind::kReduce, send, recv, count, type, op, root});
+  }
+  Work reduce_async(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+    return execute_async({OpKind::kReduce, send, recv, count, type, op, root});
+  }
+  // Point-to-point. A lone blocking send may wait until the peer receives; to exchange with
+  // a peer, put both sides in one p2p() batch (NCCL's group) or use send_recv().
+  Status send(const void* buf, size_t count, DataType type, int peer) { return p2p({P2POp::send(buf, count, type, peer)}); }
+  Status recv(void* buf, size_t count, DataType type, int peer) { return p2p({P2POp::recv(buf, count, type, peer)}); }
+  Status send_recv(const void* send_buf, size_t send_count, int dst, void* recv_buf, size_t recv_count, int src,
+                   DataType type) {
+    return p2p({P2POp::send(send_buf, send_count, type, dst), P2POp::recv(recv_buf, recv_count, type, src)});
+  }
+  Status p2p(std::vector<P2POp> ops) { return execute(p2p_desc(std::move(ops))); }
+  Work p2p_async(std::vector<P2POp> ops) { return execute_async(p2p_desc(std::move(ops))); }
+  Status barrier() { return execute({OpKind::kBarrier}); }
+  Work barrier_async() { return execute_async({OpKind::kBarrier}); }
+
+  // ---- collectives, typed form: the data type comes from the span ------------------------
+  template <class S, class R>
+    requires detail::SameElement<S, R>
+  Status all_reduce(std::span<S> send, std::span<R> recv, ReduceOp op) {
+    if (send.size() != recv.size()) return size_error("all_reduce", send.size(), recv.size());
+    return all_reduce(send.data(), recv.data(), recv.size(), data_type_of<R>, op);
+  }
+  template <class T>
+  Status all_reduce(std::span<T> data, ReduceOp op) {
+    return all_reduce(data.data(), data.data(), data.size(), data_type_of<T>, op);
+  }
+  template <class T>
+  Work all_reduce_async(std::span<T> data, ReduceOp op) {
+    return all_reduce_async(data.data(), data.data(), data.size(), data_type_of<T>, op);
+  }
+  template <class S, class R>
+    requires detail::SameElement<S, R>
+  Status reduce_scatter(std::span<S> send, std::span<R> recv, ReduceOp op) {
+    if (send.size() != recv.size() * static_cast<size_t>(size_))
+      return size_error("reduce_scatter", send.size(), recv.size() * static_cast<size_t>(size_));
+    return reduce_scatter(send.data(), recv.data(), recv.size(), data_type_of<R>, op);
+  }
+  template <class S, class R>
+    requires detail::SameElement<S, R>
+  Status all_gather(std::span<S> send, std::span<R> recv) {
+    if (recv.size() != send.size() * static_cast<size_t>(size_))
+      return size_error("all_gather", send.size() * static_cast<size_t>(size_), recv.size());
+    return all_gather(send.data(), recv.data(), send.size(), data_type_of<R>);
+  }
+  template <class S, class R>
+    requires detail::SameElement<S, R>
+  Work all_gather_async(std::span<S> send, std::span<R> recv) {
+    if (recv.size() != send.size() * static_cast<size_t>(size_))
+      return Work::completed(size_error("all_gather", send.size() * static_cast<size_t>(size_), recv.size()));
+    return all_gather_async(send.data(), recv.data(), send.size(), data_type_of<R>);
+  }
+  template <class T>
+  Status broadcast(std::span<T> data, int root) {
+    return broadcast(data.data(), data.data(), data.size(), data_type_of<T>, root);
+  }
+  template <class S, class R>
+    requires detail::SameElement<S, R>
+  Status reduce(std::span<S> send, std::span<R> recv, ReduceOp op, int root) {
+    if (rank_ == root && send.size() != recv.size()) return size_error("reduce", send.size(), recv.size());
+    return reduce(send.data(), recv.data(), send.size(), data_type_of<R>, op, root);
+  }
+  template <class T>
+  Status send(std::span<T> data, int peer) {
+    return send(data.data(), data.size(), data_type_of<std::remove_const_t<T>>, peer);
+  }
+  template <class T>
+  Status recv(std::span<T> data, int peer) {
+    return recv(data.data(), data.size(), data_type_of<T>, peer);
+  }
+
+ private:
+  Communicator() = default;
+
+  static std::string hex(uint64_t v) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+    return buf;
+  }
+  static Status size_error(const char* op, size_t send, size_t recv) {
+    return invalid_argument(op, ": the send span implies ", send, " elements but the receive span has ", recv);
+  }
+  static OpDesc p2p_desc(std::vector<P2POp> ops) {
+    OpDesc d{OpKind::kPointToPoint};
+    d.p2p = std::move(ops);
+    return d;
+  }
+
+  static Result<std::unique_ptr<Communicator>> create(int rank, int size, const SocketAddress& rendezvous,
+                                                      const std::string& prefix, const Config& config,
+                                                      std::shared_ptr<StoreServer> server) {
+    if (size < 1) return invalid_argument("communicator size ", size, " must be at least 1");
+    if (rank < 0 || rank >= size) return invalid_argument("rank ", rank, " is out of range for ", size, " ranks");
+    std::unique_ptr<Communicator> c(new Communicator());
+    Status s = c->bootstrap(rank, size, rendezvous, prefix, config, std::move(server));
+    if (!s.ok()) return s.with_context(detail::cat("init of rank ", rank, " of ", size));
+    return c;
+  }
+
+  Status bootstrap(int rank, int size, const SocketAddress& rendezvous, const std::string& prefix, const Config& config,
+                   std::shared_ptr<StoreServer> server) {
+    rank_ = rank, size_ = size, prefix_ = prefix, config_ = config, server_ = std::move(server);
+    auto store = StoreClient::connect(rendezvous, config.timeout);
+    if (!store.ok()) return store.status();
+    store_ = std::move(*store);
+
+    std::string ip = config.socket_ifname.empty() ? store_->local_address() : "";
+    if (!config.socket_ifname.empty()) {
+      auto i = interface_ip(config.socket_ifname);
+      if (!i.ok()) return i.status();
+      ip = *i;
+    }
+    auto listener = listen_on({"0.0.0.0", 0});
+    if (!listener.ok()) return listener.status();
+    PeerInfo self = make_self_info(rank, detail::cat(ip, ":", bound_port(listener->fd())));
+    auto peers = exchange_roster(*store_, prefix, size, self);
+    if (!peers.ok()) return peers.status();
+    peers_ = std::move(*peers);
+    for (const auto& p : peers_) {
+      if (p.host_id != self.host_id) continue;
+      if (p.rank < rank) ++local_rank_;
+      ++local_size_;
+    }
+    DCOMM_RETURN_IF_ERROR(choose_transports());
+
+    MeshPlan plan{std::vector<bool>(static_cast<size_t>(size)), std::vector<int>(static_cast<size_t>(size))};
+    bool need_proxy = false;
+    for (int p = 0; p < size; ++p) {
+      size_t up = static_cast<size_t>(p);
+      plan.control[up] = p != rank && peers_[up].process_id != self.process_id;
+      plan.data_sockets[up] = kinds_[up] == TransportChoice::kTcp ? config.sockets_per_peer : 0;
+      need_proxy |= plan.control[up] || plan.data_sockets[up] > 0;
+    }
+    uint64_t nonce = std::hash<std::string>{}(prefix);
+    auto mesh = build_mesh(rank, nonce, peers_, plan, *listener, config.timeout);
+    if (!mesh.ok()) return mesh.status();
+    if (need_proxy) {
+      proxy_ = std::make_unique<Proxy>(rank, peers_, abort_);
+      std::vector<TcpLink*> links(static_cast<size_t>(size), nullptr);
+      for (int p = 0; p < size; ++p) {
+        size_t up = static_cast<size_t>(p);
+        if (mesh->control[up].valid()) proxy_->add_control(p, std::move(mesh->control[up]));
+        if (plan.data_sockets[up]) links[up] = proxy_->add_link(p, std::move(mesh->data[up]), config);
+      }
+      tcp_ = std::make_unique<TcpTransport>(proxy_.get(), std::move(links));
+      proxy_->start();
+    }
+    for (int p = 0; p < size; ++p) {
+      size_t up = static_cast<size_t>(p);
+      if (p == rank) continue;
+      transports_[up] = kinds_[up] == TransportChoice::kInproc ? static_cast<Transport*>(&inproc_)
+                        : kinds_[up] == TransportChoice::kShm  ? static_cast<Transport*>(&shm_)
+                                                               : static_cast<Transport*>(tcp_.get());
+    }
+    {
+      std::lock_guard<std::mutex> lock(detail::local_groups().mu);
+      detail::local_groups().groups[prefix_][rank_] = abort_;
+    }
+    abort_->set_hook([this](const Status& why) { on_abort(why); });
+    // The ring neighbours are connected now, so setup problems (a full /dev/shm) surface here.
+    if (size > 1) DCOMM_RETURN_IF_ERROR(connect_peers({(rank + 1) % size, (rank + size - 1) % size}));
+    DCOMM_LOG(kInfo, kSubsysInit, rank_, "rank ", rank_, " of ", size_, " ready (local rank ", local_rank_, " of ",
+              local_size_, "); next rank ", (rank + 1) % size, " via ", transport_to((rank + 1) % size));
+    return {};
+  }
+
+  Status choose_transports() {
+    const PeerInfo& self = peers_[static_cast<size_t>(rank_)];
+    kinds_.assign(static_cast<size_t>(size_), TransportChoice::kAuto);
+    transports_.assign(static_cast<size_t>(size_), nullptr);
+    ports_.resize(static_cast<size_t>(size_));
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      const PeerInfo& peer = peers_[static_cast<size_t>(p)];
+      bool same_process = peer.process_id == self.process_id;
+      bool same_host = peer.host_id == self.host_id;
+      TransportChoice k = config_.transport;
+      if (k == TransportChoice::kAuto)
+        k = same_process ? TransportChoice::kInproc : same_host ? TransportChoice::kShm : TransportChoice::kTcp;
+      if (k == TransportChoice::kInproc && !same_process)
+        return invalid_argument("DCOMM_TRANSPORT=inproc, but ", peer.describe(), " is another process");
+      if (k == TransportChoice::kShm && !same_host)
+        return invalid_argument("DCOMM_TRANSPORT=shm, but ", peer.describe(), " is on another host");
+      kinds_[static_cast<size_t>(p)] = k;
+    }
+    return {};
+  }
+
+  // Prepares every link first, then connects each: see Transport::prepare.
+  Status connect_peers(std::vector<int> want) {
+    std::erase_if(want, [&](int p) { return p == rank_ || ports_[static_cast<size_t>(p)]; });
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    auto ctx = [&](int p) {
+      return ConnectContext{rank_, &peers_[static_cast<size_t>(rank_)], &peers_[static_cast<size_t>(p)], &config_,
+                            store_.get(), prefix_, abort_};
+    };
+    for (int p : want)
+      DCOMM_RETURN_IF_ERROR(transports_[static_cast<size_t>(p)]->prepare(ctx(p)).with_context(
+          detail::cat("connecting to ", peers_[static_cast<size_t>(p)].describe())));
+    for (int p : want) {
+      auto conn = transports_[static_cast<size_t>(p)]->connect(ctx(p));
+      if (!conn.ok()) return conn.status();
+      ports_[static_cast<size_t>(p)] =
+          std::make_unique<PeerPort>(std::move(*conn), &peers_[static_cast<size_t>(p)], abort_.get(), &config_);
+    }
+    return {};
+  }
+
+  void on_abort(const Status& why) {
+    DCOMM_LOG(kWarn, kSubsysInit, rank_, "communicator aborted: ", why.message());
+    if (proxy_) proxy_->broadcast_abort(why);
+    std::vector<std::shared_ptr<AbortState>> local;
+    {
+      std::lock_guard<std::mutex> lock(detail::local_groups().mu);
+      for (auto& [r, weak] : detail::local_groups().groups[prefix_])
+        if (auto a = weak.lock(); a && r != rank_) local.push_back(a);
+    }
+    for (auto& a : local)
+      a->abort(make_error(ErrorCode::kPeerFailure, peers_[static_cast<size_t>(rank_)].describe(),
+                          " aborted the communicator: ", why.message()),
+               /*notify_peers=*/false);
+  }
+
+  Status execute(const OpDesc& d) {
+    DCOMM_RETURN_IF_ERROR(precheck(d));
+    return executor_.run_blocking([this, &d] { return run(d); });
+  }
+  Work execute_async(OpDesc d) {
+    Status s = precheck(d);
+    if (!s.ok()) return Work::completed(s);
+    return executor_.submit([this, d = std::move(d)] { return run(d); });
+  }
+  Status precheck(const OpDesc& d) const {
+    std::string where = detail::cat(to_string(d.kind), " on rank ", rank_);
+    DCOMM_RETURN_IF_ERROR(validate(d, rank_, size_).with_context(where));
+    if (abort_->aborted())
+      return abort_->status().with_context(detail::cat(where, ": the communicator was aborted earlier"));
+    return {};
+  }
+
+  // Runs one call on this thread; a failure once data may have moved aborts the communicator.
+  Status run(const OpDesc& d) {
+    Status s = dispatch(d);
+    if (s.ok()) return s;
+    if (!abort_->aborted()) abort_->abort(s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_)));
+    return s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_));
+  }
+
+  Status dispatch(const OpDesc& d) {
+    if (abort_->aborted()) return abort_->status();
+    if (d.kind == OpKind::kPointToPoint) {
+      std::vector<int> peers;
+      for (const auto& op : d.p2p) peers.push_back(op.peer);
+      DCOMM_RETURN_IF_ERROR(connect_peers(peers));
+      std::vector<PeerPort*> ports(static_cast<size_t>(size_));
+      for (size_t p = 0; p < ports.size(); ++p) ports[p] = ports_[p].get();
+      return run_p2p(d.p2p, rank_, ports, config_);
+    }
+    if (d.kind == OpKind::kBarrier) {
+      uint8_t token = 0, out = 0;
+      return dispatch({OpKind::kAllReduce, &token, &out, 1, DataType::kUint8, ReduceOp::kMax});
+    }
+    auto reducer = make_host_reducer(d.type, d.op, size_);
+    if (!reducer.ok()) return reducer.status();
+    PeerPort* next = size_ > 1 ? ports_[static_cast<size_t>((rank_ + 1) % size_)].get() : nullptr;
+    PeerPort* prev = size_ > 1 ? ports_[static_cast<size_t>((rank_ + size_ - 1) % size_)].get() : nullptr;
+    Primitives prims(prev, next, *reducer);
+    RingBuffers b{static_cast<const char*>(d.send), static_cast<char*>(d.recv), d.count};
+    switch (d.kind) {
+      case OpKind::kAllReduce: return ring_all_reduce(prims, rank_, size_, b);
+      case OpKind::kReduceScatter: return ring_reduce_scatter(prims, rank_, size_, b);
+      case OpKind::kAllGather: return ring_all_gather(prims, rank_, size_, b);
+      case OpKind::kBroadcast: return chain_broadcast(prims, rank_, size_, d.root, b);
+      case OpKind::kReduce: return chain_reduce(prims, rank_, size_, d.root, b, *reducer);
+      default: return make_error(ErrorCode::kInternal, "unhandled operation");
+    }
+  }
+
+  int rank_ = 0, size_ = 1;
+  int local_rank_ = 0, local_size_ = 0;
+  std::string prefix_;
+  Config config_;
+  std::shared_ptr<StoreServer> server_;  // keeps a store hosted here alive for splits
+  std::unique_ptr<StoreClient> store_;
+  std::vector<PeerInfo> peers_;
+  std::vector<TransportChoice> kinds_;
+  std::shared_ptr<AbortState> abort_ = std::make_shared<AbortState>();
+  InprocTransport inproc_;
+  ShmTransport shm_;
+  std::unique_ptr<Proxy> proxy_;
+  std::unique_ptr<TcpTransport> tcp_;
+  std::vector<Transport*> transports_;
+  std::vector<std::unique_ptr<PeerPort>> ports_;
+  int split_count_ = 0;
+  Executor executor_;  // last: its worker is joined before anything it uses is destroyed
+};
+
+DCOMM_NAMESPACE_END

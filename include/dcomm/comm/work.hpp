@@ -1,0 +1,147 @@
+// Work: the handle an asynchronous call returns. The operation runs on the communicator's
+// worker thread, in call order with every other operation of that communicator; its buffers
+// must stay valid until wait() returns or test() says done.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+namespace detail {
+struct WorkState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+
+  void finish(Status s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      status = std::move(s);
+      done = true;
+    }
+    cv.notify_all();
+  }
+};
+}  // namespace detail
+
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<detail::WorkState> s) : s_(std::move(s)) {}
+  static Work completed(Status s) {
+    auto st = std::make_shared<detail::WorkState>();
+    st->finish(std::move(s));
+    return Work(st);
+  }
+
+  // Blocks until the operation ends; it always does, since each of its waits has the
+  // communicator's deadline. Returns the operation's Status.
+  Status wait() const {
+    if (!s_) return make_error(ErrorCode::kInvalidArgument, "wait() on an empty Work handle");
+    std::unique_lock<std::mutex> lock(s_->mu);
+    s_->cv.wait(lock, [&] { return s_->done; });
+    return s_->status;
+  }
+  // Like wait(), but gives up after `timeout` with kTimeout (the operation keeps running).
+  Status wait_for(std::chrono::milliseconds timeout) const {
+    if (!s_) return make_error(ErrorCode::kInvalidArgument, "wait_for() on an empty Work handle");
+    std::unique_lock<std::mutex> lock(s_->mu);
+    if (!s_->cv.wait_for(lock, timeout, [&] { return s_->done; }))
+      return make_error(ErrorCode::kTimeout, "operation still running after ", timeout.count(), " ms");
+    return s_->status;
+  }
+  // True once the operation has ended (then wait() returns at once).
+  bool test() const {
+    if (!s_) return true;
+    std::lock_guard<std::mutex> lock(s_->mu);
+    return s_->done;
+  }
+
+ private:
+  std::shared_ptr<detail::WorkState> s_;
+};
+
+// Runs a communicator's operations one at a time, in submission order. A blocking call runs
+// on the caller's thread when nothing is queued (no hand-off latency); otherwise it queues
+// behind the asynchronous calls and waits.
+class Executor {
+ public:
+  ~Executor() { shutdown(); }
+
+  Status run_blocking(std::function<Status()> fn) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (queue_.empty() && !busy_) {
+        busy_ = true;
+        lock.unlock();
+        Status s = fn();
+        lock.lock();
+        busy_ = false;
+        cv_.notify_all();
+        return s;
+      }
+    }
+    return submit(std::move(fn)).wait();
+  }
+
+  Work submit(std::function<Status()> fn) {
+    auto state = std::make_shared<detail::WorkState>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({std::move(fn), state});
+      if (!worker_.joinable()) worker_ = std::thread([this] { loop(); });
+    }
+    cv_.notify_all();
+    return Work(state);
+  }
+
+  // Finishes what is queued and stops the worker.
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+ private:
+  struct Item {
+    std::function<Status()> fn;
+    std::shared_ptr<detail::WorkState> state;
+  };
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !busy_); });
+      if (queue_.empty()) return;  // stop_ with nothing left
+      Item item = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      item.state->finish(item.fn());
+      lock.lock();
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+DCOMM_NAMESPACE_END

@@ -1,0 +1,86 @@
+// Configuration from DCOMM_* environment variables. Read once per communicator; a bad value
+// is an error that names the variable, not a silent default.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+inline std::string env_or(const char* name, std::string fallback = {}) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : fallback;
+}
+
+// Parses an integer with an optional K/M/G suffix (powers of 1024), as nccl-tests' sizes.
+inline Result<long long> parse_size(const std::string& text, const char* what) {
+  if (text.empty()) return invalid_argument(what, " is empty");
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || errno != 0) return invalid_argument(what, "='", text, "' is not a number");
+  std::string suffix(end);
+  long long mult = 1;
+  if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1LL << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1LL << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1LL << 30;
+  else if (!suffix.empty()) return invalid_argument(what, "='", text, "' has an unknown suffix '", suffix, "'");
+  return v * mult;
+}
+
+inline Result<long long> env_size(const char* name, long long fallback, long long min_value, long long max_value) {
+  std::string text = env_or(name);
+  if (text.empty()) return fallback;
+  auto v = parse_size(text, name);
+  if (!v.ok()) return v.status();
+  if (*v < min_value || *v > max_value)
+    return invalid_argument(name, "=", text, " is out of range [", min_value, ", ", max_value, "]");
+  return *v;
+}
+
+enum class TransportChoice { kAuto, kInproc, kShm, kTcp };
+
+struct Config {
+  // Longest a wait may go without progress before the call fails (DCOMM_TIMEOUT_MS).
+  std::chrono::milliseconds timeout{60'000};
+  // Staging FIFO per directed peer link: slots x slot_bytes (DCOMM_SLOT_BYTES, DCOMM_SLOTS).
+  size_t slot_bytes = 512 * 1024;
+  int slots = 8;
+  // DCOMM_TRANSPORT=auto|inproc|shm|tcp; auto picks inproc, then shm, then tcp per peer.
+  TransportChoice transport = TransportChoice::kAuto;
+  int sockets_per_peer = 2;        // DCOMM_SOCKETS_PER_PEER: TCP connections striped per peer
+  std::string socket_ifname;       // DCOMM_SOCKET_IFNAME: interface whose address we listen on
+  std::string shm_dir = "/dev/shm";  // DCOMM_SHM_DIR
+  int spin_iterations = 2000;      // DCOMM_SPIN: busy polls before a wait starts yielding
+
+  static Result<Config> from_env() {
+    Config c;
+    auto timeout = env_size("DCOMM_TIMEOUT_MS", c.timeout.count(), 1, 1LL << 40);
+    auto slot = env_size("DCOMM_SLOT_BYTES", static_cast<long long>(c.slot_bytes), 256, 1LL << 30);
+    auto slots = env_size("DCOMM_SLOTS", c.slots, 3, 1024);  // 3 keeps the ring deadlock-free
+    auto socks = env_size("DCOMM_SOCKETS_PER_PEER", c.sockets_per_peer, 1, 64);
+    auto spin = env_size("DCOMM_SPIN", c.spin_iterations, 0, 1LL << 30);
+    for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status()})
+      if (!s.ok()) return s;
+    c.timeout = std::chrono::milliseconds(*timeout);
+    c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
+    c.slots = static_cast<int>(*slots);
+    c.sockets_per_peer = static_cast<int>(*socks);
+    c.spin_iterations = static_cast<int>(*spin);
+    std::string t = env_or("DCOMM_TRANSPORT", "auto");
+    if (t == "auto") c.transport = TransportChoice::kAuto;
+    else if (t == "inproc") c.transport = TransportChoice::kInproc;
+    else if (t == "shm") c.transport = TransportChoice::kShm;
+    else if (t == "tcp") c.transport = TransportChoice::kTcp;
+    else return invalid_argument("DCOMM_TRANSPORT='", t, "' is not one of auto, inproc, shm, tcp");
+    c.socket_ifname = env_or("DCOMM_SOCKET_IFNAME");
+    c.shm_dir = env_or("DCOMM_SHM_DIR", c.shm_dir);
+    return c;
+  }
+};
+
+DCOMM_NAMESPACE_END

@@ -1,0 +1,106 @@
+// PeerPort: this rank's end of a connection to one peer, with the waiting rules every
+// primitive follows: spin, then yield, then sleep (core/wait.hpp); give up when the
+// communicator is aborted, when the peer has closed its side, or when the deadline passes
+// with no progress. Errors name the peer.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/env.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/core/wait.hpp"
+#include "dcomm/transport/transport.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+class PeerPort {
+ public:
+  PeerPort(std::unique_ptr<Connection> conn, const PeerInfo* info, const AbortState* abort, const Config* config)
+      : conn_(std::move(conn)), out_(conn_->send_fifo()), in_(conn_->recv_fifo()), info_(info), abort_(abort), config_(config) {}
+
+  const PeerInfo& info() const { return *info_; }
+  Connection& connection() const { return *conn_; }
+  size_t slot_bytes() const { return out_.slot_bytes(); }
+
+  // Producer side: a slot to fill (slot_bytes() long), then commit() with the bytes written.
+  Result<char*> acquire_send() {
+    DCOMM_RETURN_IF_ERROR(wait([this] { return out_.writable(); }, /*sending=*/true));
+    return out_.data(out_.tail(std::memory_order_relaxed));
+  }
+  bool try_acquire_send(char** slot) const {
+    if (!out_.writable()) return false;
+    *slot = out_.data(out_.tail(std::memory_order_relaxed));
+    return true;
+  }
+  void commit_send(size_t bytes) {
+    out_.commit(bytes);
+    conn_->notify();
+  }
+
+  // Consumer side: the next slot's data; release_recv() hands the slot back.
+  Result<const char*> acquire_recv(size_t expected_bytes) {
+    DCOMM_RETURN_IF_ERROR(wait([this] { return in_.readable(); }, /*sending=*/false));
+    return checked_slot(expected_bytes);
+  }
+  // False when nothing has arrived; an error slot size is reported through *status.
+  bool try_acquire_recv(size_t expected_bytes, const char** slot, Status* status) const {
+    if (!in_.readable()) return false;
+    auto r = checked_slot(expected_bytes);
+    if (!r.ok()) *status = r.status();
+    else *slot = *r;
+    return true;
+  }
+  void release_recv() {
+    in_.release();
+    conn_->notify();
+  }
+
+  // The slow-path conditions of a wait that is not (yet) satisfied: abort, peer gone.
+  Status check_alive(bool sending) const {
+    if (abort_->aborted()) return abort_->status();
+    if (sending ? out_.consumer_closed() : (in_.producer_closed() && !in_.readable()))
+      return make_error(ErrorCode::kPeerFailure, "peer ", info_->describe(),
+                        " has destroyed its communicator (or closed its connection) while this rank still ",
+                        sending ? "sends to it" : "expects data from it");
+    return {};
+  }
+  Status timeout_error(bool sending) const {
+    return make_error(ErrorCode::kTimeout, "no progress for ", config_->timeout.count(), " ms waiting for ",
+                      info_->describe(), sending ? " to take data (its receive slots stay full)" : " to send data",
+                      "; it may have crashed or hung, or it did not make the same call with the same count "
+                      "(DCOMM_TIMEOUT_MS sets this deadline)");
+  }
+
+ private:
+  template <class Ready>
+  Status wait(Ready ready, bool sending) const {
+    if (ready()) return {};
+    Backoff backoff(config_->spin_iterations);
+    std::optional<Deadline> deadline;
+    while (!ready()) {
+      if (!backoff.pause()) continue;
+      DCOMM_RETURN_IF_ERROR(check_alive(sending));
+      if (!deadline) deadline.emplace(config_->timeout);
+      else if (deadline->expired()) return timeout_error(sending);
+    }
+    return {};
+  }
+  Result<const char*> checked_slot(size_t expected_bytes) const {
+    uint64_t index = in_.head(std::memory_order_relaxed);
+    uint64_t got = in_.size(index);
+    if (got != expected_bytes)
+      return make_error(ErrorCode::kInvalidArgument, info_->describe(), " sent ", got, " bytes where this rank expected ",
+                        expected_bytes, ": do all ranks make the same calls in the same order with the same counts?");
+    return static_cast<const char*>(in_.data(index));
+  }
+
+  std::unique_ptr<Connection> conn_;
+  FifoRef out_, in_;
+  const PeerInfo* info_;
+  const AbortState* abort_;
+  const Config* config_;
+};
+
+DCOMM_NAMESPACE_END

@@ -1,0 +1,103 @@
+// The primitives every algorithm is written in, NCCL's vocabulary: each moves one slice (at
+// most a slot) from `prev`, to `next`, or both, reducing on the way where its name says so.
+// Algorithms call them over chunk indices and never see a FIFO or a transport.
+#pragma once
+
+#include <cstring>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/prims/peer.hpp"
+#include "dcomm/reduce/host_reducer.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+class Primitives {
+ public:
+  // prev: where data comes from; next: where it goes. Either may be null when unused.
+  Primitives(PeerPort* prev, PeerPort* next, const Reducer& reducer) : prev_(prev), next_(next), r_(reducer) {}
+
+  // Largest slice in elements: what fits a slot.
+  size_t slice_elems() const {
+    size_t slot = (next_ ? next_ : prev_)->slot_bytes();
+    return slot / r_.elem_bytes;
+  }
+  size_t elem_bytes() const { return r_.elem_bytes; }
+
+  // next <- src
+  Status send(const void* src, size_t count) {
+    return with_send([&](char* out) { copy(out, src, count); }, count);
+  }
+  // dst <- prev
+  Status recv(void* dst, size_t count) {
+    return with_recv([&](const char* in) { copy(dst, in, count); }, count);
+  }
+  // next <- prev (+) local
+  Status recv_reduce_send(const void* local, size_t count) {
+    return with_recv(
+        [&](const char* in) { return with_send([&](char* out) { r_.reduce(out, in, local, count); }, count); }, count);
+  }
+  // dst <- prev (+) local, finalized (kAvg divides here)
+  Status recv_reduce_copy(const void* local, void* dst, size_t count) {
+    return with_recv(
+        [&](const char* in) {
+          r_.reduce(dst, in, local, count);
+          r_.finalize(dst, count);
+        },
+        count);
+  }
+  // dst <- prev (+) local, finalized; next <- dst
+  Status recv_reduce_copy_send(const void* local, void* dst, size_t count) {
+    return with_recv(
+        [&](const char* in) {
+          r_.reduce(dst, in, local, count);
+          r_.finalize(dst, count);
+          return send(dst, count);
+        },
+        count);
+  }
+  // dst <- prev; next <- prev
+  Status recv_copy_send(void* dst, size_t count) {
+    return with_recv(
+        [&](const char* in) {
+          copy(dst, in, count);
+          return with_send([&](char* out) { copy(out, in, count); }, count);
+        },
+        count);
+  }
+  // dst <- src (skipped in place); next <- src
+  Status copy_send(const void* src, void* dst, size_t count) {
+    if (dst != src) copy(dst, src, count);
+    return send(src, count);
+  }
+
+ private:
+  void copy(void* dst, const void* src, size_t count) const {
+    if (count) std::memcpy(dst, src, count * r_.elem_bytes);
+  }
+  template <class Fill>
+  Status with_send(Fill fill, size_t count) {
+    auto slot = next_->acquire_send();
+    if (!slot.ok()) return slot.status();
+    fill(*slot);
+    next_->commit_send(count * r_.elem_bytes);
+    return {};
+  }
+  // Runs use(in) on the next slot from prev, then releases it; use may return a Status.
+  template <class Use>
+  Status with_recv(Use use, size_t count) {
+    auto slot = prev_->acquire_recv(count * r_.elem_bytes);
+    if (!slot.ok()) return slot.status();
+    Status s;
+    if constexpr (std::is_void_v<decltype(use(*slot))>) use(*slot);
+    else s = use(*slot);
+    prev_->release_recv();
+    return s;
+  }
+
+  PeerPort* prev_;
+  PeerPort* next_;
+  Reducer r_;
+};
+
+DCOMM_NAMESPACE_END

@@ -1,0 +1,88 @@
+// The host executor of reductions: one runtime dispatch on (DataType, ReduceOp) picks a
+// function pointer to a loop instantiated for that pair, so the algorithms move untyped bytes
+// and compile once.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/core/types.hpp"
+#include "dcomm/reduce/functors.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+// dst[i] = a[i] op b[i]; dst may be a or b (same index), never a shifted overlap.
+using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
+// buf[i] = buf[i] / ranks, the final step of kAvg.
+using DivideFn = void (*)(void* buf, size_t count, int ranks);
+
+struct Reducer {
+  ReduceFn reduce = nullptr;
+  DivideFn divide = nullptr;  // null unless the op is kAvg
+  size_t elem_bytes = 0;
+  int ranks = 1;
+
+  void finalize(void* buf, size_t count) const {
+    if (divide && ranks > 1) divide(buf, count, ranks);
+  }
+};
+
+namespace detail {
+template <class T, class Op>
+void reduce_loop(void* dst, const void* a, const void* b, size_t count) {
+  T* d = static_cast<T*>(dst);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < count; ++i) d[i] = combine<T, Op>(x[i], y[i]);
+}
+template <class T>
+void divide_loop(void* buf, size_t count, int ranks) {
+  T* d = static_cast<T*>(buf);
+  for (size_t i = 0; i < count; ++i) d[i] = divide<T>(d[i], ranks);
+}
+template <class T>
+Reducer make_reducer_for(ReduceOp op, int ranks) {
+  Reducer r;
+  r.elem_bytes = sizeof(T);
+  r.ranks = ranks;
+  switch (op) {
+    case ReduceOp::kSum: r.reduce = reduce_loop<T, SumOp>; break;
+    case ReduceOp::kProd: r.reduce = reduce_loop<T, ProdOp>; break;
+    case ReduceOp::kMin: r.reduce = reduce_loop<T, MinOp>; break;
+    case ReduceOp::kMax: r.reduce = reduce_loop<T, MaxOp>; break;
+    case ReduceOp::kAvg:
+      r.reduce = reduce_loop<T, SumOp>;
+      r.divide = divide_loop<T>;
+      break;
+  }
+  return r;
+}
+}  // namespace detail
+
+// Calls f.template operator()<T>() with the C++ type of `type`; the one type switch.
+template <class F>
+decltype(auto) dispatch_type(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kInt8: return f.template operator()<int8_t>();
+    case DataType::kUint8: return f.template operator()<uint8_t>();
+    case DataType::kInt32: return f.template operator()<int32_t>();
+    case DataType::kUint32: return f.template operator()<uint32_t>();
+    case DataType::kInt64: return f.template operator()<int64_t>();
+    case DataType::kUint64: return f.template operator()<uint64_t>();
+    case DataType::kFloat16: return f.template operator()<float16>();
+    case DataType::kBfloat16: return f.template operator()<bfloat16>();
+    case DataType::kFloat32: return f.template operator()<float>();
+    case DataType::kFloat64: return f.template operator()<double>();
+  }
+  return f.template operator()<uint8_t>();  // unreachable: callers validate the type first
+}
+
+inline Result<Reducer> make_host_reducer(DataType type, ReduceOp op, int ranks) {
+  if (!is_valid(type)) return invalid_argument("unknown data type ", static_cast<int>(type));
+  if (!is_valid(op)) return invalid_argument("unknown reduction op ", static_cast<int>(op));
+  return dispatch_type(type, [&]<class T>() { return detail::make_reducer_for<T>(op, ranks); });
+}
+
+DCOMM_NAMESPACE_END

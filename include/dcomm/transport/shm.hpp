@@ -1,0 +1,135 @@
+// Shared-memory transport between processes on one host. Each rank creates the FIFO it
+// receives on as a file in DCOMM_SHM_DIR (default /dev/shm), reserves its pages with
+// posix_fallocate (so a full /dev/shm is an error now, not a SIGBUS later), maps it, and
+// publishes the file's name in the store; the sender maps it and unlinks the name, so nothing
+// is left behind even if both later crash.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/transport/transport.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+namespace detail {
+class ShmMapping {
+ public:
+  ShmMapping() = default;
+  ShmMapping(void* p, size_t bytes, std::string path) : p_(p), bytes_(bytes), path_(std::move(path)) {}
+  ShmMapping(ShmMapping&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_), path_(std::move(o.path_)) {}
+  ShmMapping& operator=(ShmMapping&&) = delete;
+  ~ShmMapping() {
+    if (p_) munmap(p_, bytes_);
+    if (!path_.empty()) ::unlink(path_.c_str());  // in case the peer never mapped it
+  }
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+  std::string path_;  // set on the creating side only
+};
+
+inline std::string shm_full_message(const std::string& dir, size_t need) {
+  struct statvfs st{};
+  std::string free_text = "unknown";
+  if (statvfs(dir.c_str(), &st) == 0) free_text = detail::cat(st.f_bavail * st.f_frsize / (1024 * 1024), " MiB");
+  return cat(dir, " is too small: ", need / (1024 * 1024), " MiB needed for one shared-memory FIFO, ", free_text,
+             " free. In Docker, run with --shm-size=1g (or --ipc=host); otherwise lower DCOMM_SLOT_BYTES or "
+             "DCOMM_SLOTS, point DCOMM_SHM_DIR at a larger tmpfs, or use DCOMM_TRANSPORT=tcp");
+}
+
+inline Result<ShmMapping> create_shm_fifo(const std::string& path, const Config& c) {
+  size_t bytes = fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots));
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return errno_status(cat("cannot create shared-memory file ", path).c_str());
+  int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (rc != 0) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    if (rc == ENOSPC) return make_error(ErrorCode::kOutOfResources, shm_full_message(c.shm_dir, bytes));
+    return errno_status(cat("posix_fallocate on ", path).c_str(), rc);
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    ::unlink(path.c_str());
+    return errno_status("mmap of shared-memory FIFO");
+  }
+  FifoRef::initialize(p, c.slot_bytes, static_cast<size_t>(c.slots));
+  return ShmMapping(p, bytes, path);
+}
+
+inline Result<ShmMapping> open_shm_fifo(const std::string& path, const Config& c) {
+  size_t bytes = fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots));
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return errno_status(cat("cannot open the peer's shared-memory file ", path).c_str());
+  struct stat st{};
+  fstat(fd, &st);
+  if (static_cast<size_t>(st.st_size) != bytes) {
+    ::close(fd);
+    return invalid_argument("shared-memory FIFO ", path, " is ", st.st_size, " bytes, expected ", bytes,
+                            ": do all ranks set the same DCOMM_SLOT_BYTES and DCOMM_SLOTS?");
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  ::close(fd);
+  ::unlink(path.c_str());  // both ends are mapped now
+  if (p == MAP_FAILED) return errno_status("mmap of the peer's shared-memory FIFO");
+  return ShmMapping(p, bytes, {});
+}
+}  // namespace detail
+
+class ShmConnection final : public Connection {
+ public:
+  ShmConnection(detail::ShmMapping send, detail::ShmMapping recv) : send_(std::move(send)), recv_(std::move(recv)) {}
+  FifoRef send_fifo() const override { return FifoRef(send_.get()); }
+  FifoRef recv_fifo() const override { return FifoRef(recv_.get()); }
+  const char* kind() const override { return "shm"; }
+
+ private:
+  detail::ShmMapping send_;
+  detail::ShmMapping recv_;
+};
+
+class ShmTransport final : public Transport {
+ public:
+  const char* name() const override { return "shm"; }
+  Status prepare(const ConnectContext& ctx) override {
+    const Config& c = *ctx.config;
+    int me = ctx.rank, peer = ctx.peer->rank;
+    if (prepared_.count(peer)) return {};
+    std::string path = detail::cat(c.shm_dir, "/dcomm-", ctx.key_prefix, "-", peer, "to", me);
+    auto recv = detail::create_shm_fifo(path, c);
+    if (!recv.ok()) return recv.status();
+    prepared_.emplace(peer, std::move(*recv));
+    return ctx.store->set(detail::cat(ctx.key_prefix, "/shm/", peer, "to", me), path);
+  }
+  Result<std::unique_ptr<Connection>> connect(const ConnectContext& ctx) override {
+    int me = ctx.rank, peer = ctx.peer->rank;
+    DCOMM_RETURN_IF_ERROR(prepare(ctx));
+    auto theirs = ctx.store->get(detail::cat(ctx.key_prefix, "/shm/", me, "to", peer));
+    if (!theirs.ok()) return theirs.status().with_context(detail::cat("connecting to ", ctx.peer->describe()));
+    auto send = detail::open_shm_fifo(*theirs, *ctx.config);
+    if (!send.ok()) return send.status();
+    auto it = prepared_.find(peer);
+    auto conn = std::unique_ptr<Connection>(new ShmConnection(std::move(*send), std::move(it->second)));
+    prepared_.erase(it);
+    return conn;
+  }
+
+ private:
+  std::map<int, detail::ShmMapping> prepared_;  // receive FIFOs created, not yet connected
+};
+
+DCOMM_NAMESPACE_END

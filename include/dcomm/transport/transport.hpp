@@ -1,0 +1,117 @@
+// The one transport interface. A transport connects this rank to one peer and hands back a
+// Connection: a FIFO to produce into (towards the peer) and one to consume from (from the
+// peer). Transports move bytes and know nothing about collectives; the primitives above wait
+// on the FIFOs, and the algorithms above them never see a transport.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "dcomm/bootstrap/store.hpp"
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/env.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/transport/fifo.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+// What the bootstrap learned about a rank.
+struct PeerInfo {
+  int rank = -1;
+  std::string hostname;
+  std::string host_id;  // equal for ranks that can share memory (same machine, IPC and net namespace)
+  int pid = 0;
+  std::string address;  // host:port this rank's mesh listener accepts on
+  uint64_t process_id = 0;  // unique per process (threads as ranks share it)
+
+  std::string describe() const { return detail::cat("rank ", rank, " (host ", hostname, ", pid ", pid, ")"); }
+};
+
+// The failure state of one rank's communicator: the first error to abort it wins, and every
+// wait on any of its connections returns that error from then on.
+class AbortState {
+ public:
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  Status status() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+  // Returns true for the first abort. The hook (set by the communicator) tells every peer
+  // directly (the control sockets form a full mesh), so an abort that came from a peer is not
+  // passed on again: notify_peers is false for those.
+  bool abort(const Status& why, bool notify_peers = true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_.load(std::memory_order_relaxed)) return false;
+      status_ = Status(why.code() == ErrorCode::kTimeout || why.code() == ErrorCode::kPeerFailure ? why.code()
+                                                                                              : ErrorCode::kAborted,
+                       why.message());
+      aborted_.store(true, std::memory_order_release);
+    }
+    if (on_abort_ && notify_peers) on_abort_(why);
+    return true;
+  }
+  void set_hook(std::function<void(const Status&)> hook) { on_abort_ = std::move(hook); }
+
+ private:
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex mu_;
+  Status status_;
+  std::function<void(const Status&)> on_abort_;
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual FifoRef send_fifo() const = 0;  // this rank produces, the peer consumes
+  virtual FifoRef recv_fifo() const = 0;  // the peer produces, this rank consumes
+  // Called after committing or releasing slots; a proxy-driven transport wakes its thread.
+  virtual void notify() const {}
+  virtual const char* kind() const = 0;
+  // Clean shutdown: tells the peer that this side will neither produce nor consume again.
+  virtual void close() {
+    send_fifo().close_producer();
+    recv_fifo().close_consumer();
+  }
+};
+
+struct ConnectContext {
+  int rank = -1;
+  const PeerInfo* self = nullptr;
+  const PeerInfo* peer = nullptr;
+  const Config* config = nullptr;
+  StoreClient* store = nullptr;
+  std::string key_prefix;  // unique per communicator, for store keys and shared names
+  std::shared_ptr<AbortState> abort;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  // Publishes what the peer needs to connect to this rank; never waits for the peer. A rank
+  // prepares every link it is about to use before it connects any, so two ranks that each
+  // wait on the other's half (a ring of three, say) cannot deadlock.
+  virtual Status prepare(const ConnectContext& /*ctx*/) { return {}; }
+  // Completes the link; may wait (with the store's deadline) for the peer's prepare.
+  virtual Result<std::unique_ptr<Connection>> connect(const ConnectContext& ctx) = 0;
+};
+
+// Heap memory for a FIFO that only this process touches.
+struct HeapFifo {
+  explicit HeapFifo(const Config& c)
+      : bytes(fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots))),
+        memory(static_cast<char*>(std::aligned_alloc(4096, (bytes + 4095) & ~size_t{4095}))),
+        fifo(FifoRef::initialize(memory, c.slot_bytes, static_cast<size_t>(c.slots))) {}
+  ~HeapFifo() { std::free(memory); }
+  HeapFifo(const HeapFifo&) = delete;
+  HeapFifo& operator=(const HeapFifo&) = delete;
+  size_t bytes;
+  char* memory;
+  FifoRef fifo;
+};
+
+DCOMM_NAMESPACE_END

@@ -1,0 +1,78 @@
+// Every collective x type x op x count on threads as ranks, for world sizes 1-5 and 8, over the
+// in-process transport; and the same matrix over shared memory and TCP between threads.
+#include <doctest/doctest.h>
+
+#include <mutex>
+
+#include "support/matrix.hpp"
+#include "support/ranks.hpp"
+
+using namespace dcomm;
+using namespace dcomm_test;
+
+namespace {
+void run_full_matrix(int size, TransportChoice transport) {
+  Config config = test_config(transport);
+  auto comms = Communicator::create_local(size, config);
+  REQUIRE_MESSAGE(comms.ok(), comms.status().message());
+  std::mutex mu;
+  int checked = 0;
+  std::vector<std::string> failures;
+  on_ranks(*comms, [&](Communicator& c) {
+    MatrixReport rep = run_matrix(c, full_matrix(size, config.slot_bytes));
+    std::lock_guard<std::mutex> lock(mu);
+    checked += rep.checked;
+    failures.insert(failures.end(), rep.failures.begin(), rep.failures.end());
+  });
+  for (const auto& f : failures) FAIL_CHECK(f);
+  CHECK(failures.empty());
+  // 10 types x 5 counts x (2 x (5 ops x 3 reductions + all_gather + broadcast) + 2 p2p checks), per rank
+  // (reduce is checked on the root only, so count at least the rest).
+  CHECK(checked >= size * 10 * 5 * 2 * (5 * 2 + 2));
+}
+}  // namespace
+
+TEST_CASE("matrix, threads as ranks, in-process transport") {
+  for (int size : {1, 2, 3, 4, 5, 8}) {
+    CAPTURE(size);
+    run_full_matrix(size, TransportChoice::kAuto);
+  }
+}
+
+TEST_CASE("matrix, threads as ranks, shared-memory transport") {
+  for (int size : {2, 3}) {
+    CAPTURE(size);
+    run_full_matrix(size, TransportChoice::kShm);
+  }
+}
+
+TEST_CASE("matrix, threads as ranks, TCP transport") {
+  for (int size : {2, 3}) {
+    CAPTURE(size);
+    run_full_matrix(size, TransportChoice::kTcp);
+  }
+}
+
+TEST_CASE("typed spans deduce the type and check their sizes") {
+  auto comms = Communicator::create_local(3, test_config());
+  REQUIRE(comms.ok());
+  on_ranks(*comms, [&](Communicator& c) {
+    std::vector<float> grads(1000, static_cast<float>(c.rank() + 1));
+    CHECK(c.all_reduce(std::span(grads), ReduceOp::kAvg).ok());
+    CHECK(grads[999] == 2.0f);  // (1 + 2 + 3) / 3
+    std::vector<double> shard(4, c.rank()), full(12);
+    CHECK(c.all_gather(std::span(shard), std::span(full)).ok());
+    CHECK(full[4] == 1.0);
+    CHECK(full[11] == 2.0);
+    std::vector<double> too_small(11);
+    Status s = c.all_gather(std::span(shard), std::span(too_small));
+    CHECK(s.code() == ErrorCode::kInvalidArgument);
+    const std::vector<int32_t> in(6, c.rank() + 1);
+    std::vector<int32_t> out(2);
+    CHECK(c.reduce_scatter(std::span(in), std::span(out), ReduceOp::kProd).ok());
+    CHECK(out[1] == 6);
+    std::vector<uint8_t> bytes(5, static_cast<uint8_t>(c.rank() == 2 ? 9 : 0));
+    CHECK(c.broadcast(std::span(bytes), 2).ok());
+    CHECK(bytes[4] == 9);
+  });
+}

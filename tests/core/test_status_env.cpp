@@ -1,0 +1,61 @@
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+
+#include <dcomm/core/env.hpp>
+#include <dcomm/core/status.hpp>
+
+using namespace dcomm;
+
+TEST_CASE("Status and Result carry the error and its context") {
+  Status ok;
+  CHECK(ok.ok());
+  Status bad = invalid_argument("root ", 7, " is out of range");
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.code() == ErrorCode::kInvalidArgument);
+  CHECK(bad.with_context("broadcast on rank 2").message() == "broadcast on rank 2: root 7 is out of range");
+  Result<int> r = 5;
+  CHECK(r.ok());
+  CHECK(*r == 5);
+  Result<int> e = bad;
+  CHECK_FALSE(e.ok());
+  CHECK(e.status().message() == "root 7 is out of range");
+}
+
+TEST_CASE("Config::from_env reads DCOMM_* variables and names a bad one") {
+  setenv("DCOMM_TIMEOUT_MS", "1234", 1);
+  setenv("DCOMM_SLOT_BYTES", "64K", 1);
+  setenv("DCOMM_TRANSPORT", "tcp", 1);
+  auto c = Config::from_env();
+  REQUIRE(c.ok());
+  CHECK(c->timeout.count() == 1234);
+  CHECK(c->slot_bytes == 65536);
+  CHECK(c->transport == TransportChoice::kTcp);
+
+  setenv("DCOMM_TIMEOUT_MS", "soon", 1);
+  auto bad = Config::from_env();
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("DCOMM_TIMEOUT_MS") != std::string::npos);
+  unsetenv("DCOMM_TIMEOUT_MS");
+
+  setenv("DCOMM_TRANSPORT", "carrier-pigeon", 1);
+  auto bad_t = Config::from_env();
+  REQUIRE_FALSE(bad_t.ok());
+  CHECK(bad_t.status().message().find("carrier-pigeon") != std::string::npos);
+
+  setenv("DCOMM_SLOTS", "2", 1);  // fewer than 3 slots could deadlock a ring
+  unsetenv("DCOMM_TRANSPORT");
+  auto bad_s = Config::from_env();
+  REQUIRE_FALSE(bad_s.ok());
+  CHECK(bad_s.status().message().find("DCOMM_SLOTS") != std::string::npos);
+  unsetenv("DCOMM_SLOTS");
+  unsetenv("DCOMM_SLOT_BYTES");
+}
+
+TEST_CASE("parse_size understands K, M and G suffixes") {
+  CHECK(*parse_size("8", "x") == 8);
+  CHECK(*parse_size("4K", "x") == 4096);
+  CHECK(*parse_size("256M", "x") == 256LL << 20);
+  CHECK(*parse_size("1G", "x") == 1LL << 30);
+  CHECK_FALSE(parse_size("12Q", "x").ok());
+}

@@ -1,0 +1,146 @@
+// Processes as ranks: shared memory and TCP between real processes, started the way
+// torchrun, srun and dcomm's own launcher start them; a rank killed mid-collective; a
+// /dev/shm too small to hold the FIFOs.
+#include <doctest/doctest.h>
+
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <dcomm/bootstrap/local_launch.hpp>
+
+using namespace dcomm;
+using namespace std::chrono_literals;
+
+namespace {
+const std::string kWorker = DCOMM_TEST_WORKER;
+const std::vector<std::string> kSmall = {"DCOMM_SLOT_BYTES=256", "DCOMM_SLOTS=4", "DCOMM_TIMEOUT_MS=30000"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+LocalRanks run_local(const std::vector<std::string>& args, int ranks, const std::vector<std::string>& env,
+                     std::chrono::milliseconds limit = 300s) {
+  auto argv = with({kWorker}, args);
+  auto procs = spawn_local_ranks(argv, ranks, env);
+  REQUIRE_MESSAGE(procs.ok(), procs.status().message());
+  Status s = wait_local_ranks(*procs, limit);
+  CHECK_MESSAGE(s.ok(), s.message());
+  return *procs;
+}
+
+void check_all_exit(const LocalRanks& p, int code) {
+  for (size_t r = 0; r < p.exit_codes.size(); ++r) CHECK_MESSAGE(p.exit_codes[r] == code, "rank ", r);
+}
+
+int free_port() {
+  auto s = listen_on({"127.0.0.1", 0});
+  REQUIRE(s.ok());
+  return bound_port(s->fd());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+TEST_CASE("matrix, processes over shared memory, world sizes 1, 2, 3, 4, 5, 8") {
+  for (int size : {1, 2, 3, 4, 5, 8}) {
+    CAPTURE(size);
+    check_all_exit(run_local({"matrix"}, size, kSmall), 0);
+  }
+}
+
+TEST_CASE("matrix, processes over TCP, world sizes 2, 3, 4") {
+  for (int size : {2, 3, 4}) {
+    CAPTURE(size);
+    check_all_exit(run_local({"matrix"}, size, with(kSmall, {"DCOMM_TRANSPORT=tcp", "DCOMM_SOCKETS_PER_PEER=3"})), 0);
+  }
+}
+
+TEST_CASE("bootstrap from a torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)") {
+  int port = free_port();
+  auto procs = spawn_processes({kWorker, "matrix"}, 3, [&](int r) {
+    return with(kSmall, {detail::cat("RANK=", r), "WORLD_SIZE=3", detail::cat("LOCAL_RANK=", r), "LOCAL_WORLD_SIZE=3",
+                         "MASTER_ADDR=127.0.0.1", detail::cat("MASTER_PORT=", port), "DCOMM_RANK=", "DCOMM_UNIQUE_ID="});
+  });
+  REQUIRE(procs.ok());
+  CHECK(wait_local_ranks(*procs, 300s).ok());
+  check_all_exit(*procs, 0);
+}
+
+TEST_CASE("bootstrap from a Slurm environment on one node (no address given)") {
+  std::string job = std::to_string(std::random_device{}() % 1000000);
+  auto procs = spawn_processes({kWorker, "matrix"}, 3, [&](int r) {
+    return with(kSmall, {detail::cat("SLURM_PROCID=", r), "SLURM_NTASKS=3", detail::cat("SLURM_LOCALID=", r),
+                         "SLURM_NNODES=1", "SLURM_JOB_ID=" + job, "SLURM_STEP_ID=0", "DCOMM_RANK=", "DCOMM_UNIQUE_ID="});
+  });
+  REQUIRE(procs.ok());
+  CHECK(wait_local_ranks(*procs, 300s).ok());
+  check_all_exit(*procs, 0);
+}
+
+TEST_CASE("a rank killed mid-collective: every survivor's error names it") {
+  for (const char* transport : {"shm", "tcp"}) {
+    CAPTURE(transport);
+    // Big all_reduces, so the victim dies with data in flight; rank 2 of 4 dies after 5 rounds.
+    auto p = run_local({"die", "2", "5"}, 4, {std::string("DCOMM_TRANSPORT=") + transport, "DCOMM_TIMEOUT_MS=60000"}, 120s);
+    CHECK(p.exit_codes[2] == -SIGKILL);
+    for (int r : {0, 1, 3}) CHECK_MESSAGE(p.exit_codes[static_cast<size_t>(r)] == 3, "survivor rank ", r);
+  }
+}
+
+TEST_CASE("DCOMM_TRANSPORT=inproc between processes is refused with the reason") {
+  std::string out = "/tmp/dcomm-test-inproc-" + std::to_string(getpid());
+  ::unlink((out + ".0").c_str());
+  auto argv = std::vector<std::string>{kWorker, "init"};
+  auto id = UniqueId::create();
+  REQUIRE(id.ok());
+  auto procs = spawn_processes(argv, 2, [&](int r) {
+    return std::vector<std::string>{detail::cat("DCOMM_RANK=", r), "DCOMM_WORLD_SIZE=2", "DCOMM_UNIQUE_ID=" + id->to_string(),
+                                    "DCOMM_TRANSPORT=inproc", "DCOMM_TIMEOUT_MS=5000",
+                                    detail::cat("DCOMM_TEST_OUT=", out, ".", r)};
+  });
+  REQUIRE(procs.ok());
+  CHECK(wait_local_ranks(*procs, 60s).ok());
+  check_all_exit(*procs, 5);
+  CHECK(read_file(out + ".0").find("is another process") != std::string::npos);
+  ::unlink((out + ".0").c_str());
+  ::unlink((out + ".1").c_str());
+}
+
+TEST_CASE("a /dev/shm too small for the FIFOs is an error that says so and what to do") {
+  std::string dir = "/tmp/dcomm-test-tinyshm-" + std::to_string(getpid());
+  ::mkdir(dir.c_str(), 0700);
+  if (geteuid() != 0 || ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    ::rmdir(dir.c_str());
+    MESSAGE("skipped: mounting a 1 MiB tmpfs needs root (the case Docker's 64 MB /dev/shm hits)");
+    return;
+  }
+  std::string out = dir + "-out";
+  auto id = UniqueId::create();
+  REQUIRE(id.ok());
+  auto procs = spawn_processes({kWorker, "init"}, 2, [&](int r) {
+    return std::vector<std::string>{detail::cat("DCOMM_RANK=", r), "DCOMM_WORLD_SIZE=2", "DCOMM_UNIQUE_ID=" + id->to_string(),
+                                    "DCOMM_SHM_DIR=" + dir, "DCOMM_SLOT_BYTES=1M", "DCOMM_SLOTS=4", "DCOMM_TIMEOUT_MS=5000",
+                                    detail::cat("DCOMM_TEST_OUT=", out, ".", r)};
+  });
+  REQUIRE(procs.ok());
+  CHECK(wait_local_ranks(*procs, 60s).ok());
+  std::string text = read_file(out + ".0") + read_file(out + ".1");
+  ::umount(dir.c_str());
+  ::rmdir(dir.c_str());
+  ::unlink((out + ".0").c_str());
+  ::unlink((out + ".1").c_str());
+  check_all_exit(*procs, 5);
+  CHECK(text.find("is too small") != std::string::npos);
+  CHECK(text.find("--shm-size") != std::string::npos);
+}
