@@ -13,6 +13,8 @@
 // that error at once. Argument errors fail only the caller's call and abort nothing.
 #pragma once
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
@@ -327,6 +329,12 @@ class Communicator {
       ++local_size_;
     }
     DCOMM_RETURN_IF_ERROR(choose_transports());
+    if (config_.spin_iterations < 0) {
+      cpu_set_t cpus;
+      CPU_ZERO(&cpus);
+      int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+      config_.spin_iterations = local_size_ > cores ? 16 : 2000;
+    }
 
     MeshPlan plan{std::vector<bool>(static_cast<size_t>(size)), std::vector<int>(static_cast<size_t>(size))};
     bool need_proxy = false;
@@ -437,10 +445,9 @@ class Communicator {
     return executor_.submit([this, d = std::move(d)] { return run(d); });
   }
   Status precheck(const OpDesc& d) const {
-    std::string where = detail::cat(to_string(d.kind), " on rank ", rank_);
-    DCOMM_RETURN_IF_ERROR(validate(d, rank_, size_).with_context(where));
-    if (abort_->aborted())
-      return abort_->status().with_context(detail::cat(where, ": the communicator was aborted earlier"));
+    Status s = validate(d, rank_, size_);
+    if (s.ok() && abort_->aborted()) s = abort_->status().with_context("the communicator was aborted earlier");
+    if (!s.ok()) return s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_));
     return {};
   }
 
@@ -470,7 +477,12 @@ class Communicator {
     if (!reducer.ok()) return reducer.status();
     PeerPort* next = size_ > 1 ? ports_[static_cast<size_t>((rank_ + 1) % size_)].get() : nullptr;
     PeerPort* prev = size_ > 1 ? ports_[static_cast<size_t>((rank_ + size_ - 1) % size_)].get() : nullptr;
-    Primitives prims(prev, next, *reducer);
+    // Streaming stores pay off for a large output that is not also the input (in place, the
+    // lines are in cache already and streaming would only evict them).
+    size_t out_bytes = d.count * reducer->elem_bytes *
+                       (d.kind == OpKind::kAllGather ? static_cast<size_t>(size_) : 1);
+    bool stream = out_bytes >= config_.stream_bytes && d.send != d.recv;
+    Primitives prims(prev, next, *reducer, stream);
     RingBuffers b{static_cast<const char*>(d.send), static_cast<char*>(d.recv), d.count};
     switch (d.kind) {
       case OpKind::kAllReduce: return ring_all_reduce(prims, rank_, size_, b);

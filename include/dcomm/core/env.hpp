@@ -55,7 +55,13 @@ struct Config {
   int sockets_per_peer = 2;        // DCOMM_SOCKETS_PER_PEER: TCP connections striped per peer
   std::string socket_ifname;       // DCOMM_SOCKET_IFNAME: interface whose address we listen on
   std::string shm_dir = "/dev/shm";  // DCOMM_SHM_DIR
-  int spin_iterations = 2000;      // DCOMM_SPIN: busy polls before a wait starts yielding
+  // DCOMM_SPIN: busy polls before a wait starts yielding. -1 (auto): 2000 when this host has a
+  // core for every local rank, 16 when ranks outnumber cores (spinning would only keep the
+  // rank that holds the data off the CPU).
+  int spin_iterations = -1;
+  // DCOMM_STREAM_BYTES: calls at least this large write their output with streaming stores
+  // (no read-for-ownership); smaller ones keep their output in cache for the caller.
+  size_t stream_bytes = 64u << 20;
 
   static Result<Config> from_env() {
     Config c;
@@ -63,14 +69,16 @@ struct Config {
     auto slot = env_size("DCOMM_SLOT_BYTES", static_cast<long long>(c.slot_bytes), 256, 1LL << 30);
     auto slots = env_size("DCOMM_SLOTS", c.slots, 3, 1024);  // 3 keeps the ring deadlock-free
     auto socks = env_size("DCOMM_SOCKETS_PER_PEER", c.sockets_per_peer, 1, 64);
-    auto spin = env_size("DCOMM_SPIN", c.spin_iterations, 0, 1LL << 30);
-    for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status()})
+    auto spin = env_size("DCOMM_SPIN", c.spin_iterations, -1, 1LL << 30);
+    auto stream = env_size("DCOMM_STREAM_BYTES", static_cast<long long>(c.stream_bytes), 0, 1LL << 50);
+    for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(), stream.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
     c.slots = static_cast<int>(*slots);
     c.sockets_per_peer = static_cast<int>(*socks);
     c.spin_iterations = static_cast<int>(*spin);
+    c.stream_bytes = static_cast<size_t>(*stream);
     std::string t = env_or("DCOMM_TRANSPORT", "auto");
     if (t == "auto") c.transport = TransportChoice::kAuto;
     else if (t == "inproc") c.transport = TransportChoice::kInproc;

@@ -3,11 +3,13 @@
 // Algorithms call them over chunk indices and never see a FIFO or a transport.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
+#include "dcomm/reduce/copy.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -15,7 +17,12 @@ DCOMM_NAMESPACE_BEGIN
 class Primitives {
  public:
   // prev: where data comes from; next: where it goes. Either may be null when unused.
-  Primitives(PeerPort* prev, PeerPort* next, const Reducer& reducer) : prev_(prev), next_(next), r_(reducer) {}
+  // stream_output: the call is large; write the user's output with streaming stores.
+  Primitives(PeerPort* prev, PeerPort* next, const Reducer& reducer, bool stream_output = false)
+      : prev_(prev), next_(next), r_(reducer), stream_(stream_output) {}
+  ~Primitives() {
+    if (stream_) stream_fence();
+  }
 
   // Largest slice in elements: what fits a slot.
   size_t slice_elems() const {
@@ -30,7 +37,7 @@ class Primitives {
   }
   // dst <- prev
   Status recv(void* dst, size_t count) {
-    return with_recv([&](const char* in) { copy(dst, in, count); }, count);
+    return with_recv([&](const char* in) { copy_bytes(dst, in, count * r_.elem_bytes, stream_); }, count);
   }
   // next <- prev (+) local
   Status recv_reduce_send(const void* local, size_t count) {
@@ -39,20 +46,13 @@ class Primitives {
   }
   // dst <- prev (+) local, finalized (kAvg divides here)
   Status recv_reduce_copy(const void* local, void* dst, size_t count) {
-    return with_recv(
-        [&](const char* in) {
-          r_.reduce(dst, in, local, count);
-          r_.finalize(dst, count);
-        },
-        count);
+    return with_recv([&](const char* in) { reduce_to(dst, nullptr, in, local, count); }, count);
   }
-  // dst <- prev (+) local, finalized; next <- dst
+  // dst <- prev (+) local, finalized; next <- the same
   Status recv_reduce_copy_send(const void* local, void* dst, size_t count) {
     return with_recv(
         [&](const char* in) {
-          r_.reduce(dst, in, local, count);
-          r_.finalize(dst, count);
-          return send(dst, count);
+          return with_send([&](char* out) { reduce_to(dst, out, in, local, count); }, count);
         },
         count);
   }
@@ -60,18 +60,40 @@ class Primitives {
   Status recv_copy_send(void* dst, size_t count) {
     return with_recv(
         [&](const char* in) {
-          copy(dst, in, count);
+          copy_bytes(dst, in, count * r_.elem_bytes, stream_);
           return with_send([&](char* out) { copy(out, in, count); }, count);
         },
         count);
   }
   // dst <- src (skipped in place); next <- src
   Status copy_send(const void* src, void* dst, size_t count) {
-    if (dst != src) copy(dst, src, count);
+    if (dst != src) copy_bytes(dst, src, count * r_.elem_bytes, stream_);
     return send(src, count);
   }
 
  private:
+  static constexpr size_t kBlockBytes = 4096;
+
+  // dst (and dst2, when set) <- a (+) b, finalized. Large outputs are reduced a block at a
+  // time into a buffer that stays in L1 and then copied out: one pass over the inputs feeds
+  // both outputs, and dst can take streaming stores.
+  void reduce_to(void* dst, void* dst2, const void* a, const void* b, size_t count) {
+    if (!stream_ && !dst2) {
+      r_.reduce(dst, a, b, count);
+      r_.finalize(dst, count);
+      return;
+    }
+    alignas(64) char block[kBlockBytes];
+    const size_t eb = r_.elem_bytes, per = kBlockBytes / eb;
+    for (size_t i = 0; i < count; i += per) {
+      size_t n = std::min(per, count - i);
+      r_.reduce(block, static_cast<const char*>(a) + i * eb, static_cast<const char*>(b) + i * eb, n);
+      r_.finalize(block, n);
+      copy_bytes(static_cast<char*>(dst) + i * eb, block, n * eb, stream_);
+      if (dst2) std::memcpy(static_cast<char*>(dst2) + i * eb, block, n * eb);
+    }
+  }
+
   void copy(void* dst, const void* src, size_t count) const {
     if (count) std::memcpy(dst, src, count * r_.elem_bytes);
   }
@@ -98,6 +120,7 @@ class Primitives {
   PeerPort* prev_;
   PeerPort* next_;
   Reducer r_;
+  bool stream_;
 };
 
 DCOMM_NAMESPACE_END
