@@ -2,7 +2,8 @@
 // torchrun). It builds its communicator from the environment and runs one scenario:
 //   matrix          the full collective matrix; exit 0 when every result is exact
 //   die RANK N      all_reduce in a loop; rank RANK kills itself (SIGKILL) after N rounds;
-//                   survivors exit 3 when their error names rank RANK, 4 otherwise
+//                   survivors exit 3 when their error names rank RANK as dead (or a peer's
+//                   abort naming it), 4 otherwise
 //   init            create the communicator and report its error, if any (exit 5)
 // Output: one line per failure, then "rank R: ..." summaries.
 #include <signal.h>
@@ -58,7 +59,8 @@ int main(int argc, char** argv) {
       Status s = c.all_reduce(std::span(buf), ReduceOp::kMax);
       if (!s.ok()) {
         report("rank %d error: %s\n", c.rank(), s.message().c_str());
-        bool named = s.message().find("rank " + std::to_string(victim)) != std::string::npos;
+        bool named = s.message().find("rank " + std::to_string(victim)) != std::string::npos &&
+                     s.code() == ErrorCode::kPeerFailure;
         return named ? 3 : 4;
       }
     }
