@@ -19,13 +19,12 @@ inline Status chain_broadcast(Primitives& p, int rank, int size, int root, const
   using detail::at;
   const size_t eb = p.elem_bytes();
   const int pos = detail::mod(rank - root, size);  // 0 is the root, size-1 the chain's end
-  const size_t slice = size == 1 ? std::max<size_t>(b.count, 1) : p.slice_elems();
+  if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
+  const size_t slice = p.slice_elems();
   for (size_t base = 0; base < b.count; base += slice) {
     const size_t n = std::min(slice, b.count - base);
     char* out = at(b.recv, base, eb);
-    if (size == 1) {
-      if (out != at(b.send, base, eb)) std::memcpy(out, at(b.send, base, eb), n * eb);
-    } else if (pos == 0) {
+    if (pos == 0) {
       DCOMM_RETURN_IF_ERROR(p.copy_send(at(b.send, base, eb), out, n));
     } else if (pos < size - 1) {
       DCOMM_RETURN_IF_ERROR(p.recv_copy_send(out, n));
@@ -42,7 +41,7 @@ inline Status chain_reduce(Primitives& p, int rank, int size, int root, const Ri
   const size_t eb = p.elem_bytes();
   const int pos = detail::mod(rank - root - 1, size);  // 0 starts the chain, size-1 is the root
   if (size == 1) {
-    if (b.recv != b.send && b.count) std::memcpy(b.recv, b.send, b.count * eb);
+    detail::copy_if_distinct(b.recv, b.send, b.count * eb).ignore();
     r.finalize(b.recv, b.count);
     return {};
   }

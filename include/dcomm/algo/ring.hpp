@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
@@ -28,6 +29,11 @@ namespace detail {
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 inline const char* at(const char* p, size_t i, size_t elem) { return p + i * elem; }
 inline char* at(char* p, size_t i, size_t elem) { return p + i * elem; }
+// What every collective does on one rank: the output is the input.
+inline Status copy_if_distinct(char* recv, const char* send, size_t bytes) {
+  if (recv != send && bytes) std::memcpy(recv, send, bytes);
+  return {};
+}
 }  // namespace detail
 
 // all_reduce: each round covers up to size*slice elements, cut into `size` equal chunks.
@@ -35,10 +41,7 @@ inline Status ring_all_reduce(Primitives& p, int rank, int size, const RingBuffe
   using detail::at;
   using detail::mod;
   const size_t eb = p.elem_bytes();
-  if (size == 1) {
-    if (b.recv != b.send && b.count) std::memcpy(b.recv, b.send, b.count * eb);
-    return {};
-  }
+  if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
   const size_t round_elems = p.slice_elems() * static_cast<size_t>(size);
   for (size_t base = 0; base < b.count; base += round_elems) {
     const size_t n = std::min(round_elems, b.count - base);
@@ -76,10 +79,7 @@ inline Status ring_reduce_scatter(Primitives& p, int rank, int size, const RingB
   using detail::at;
   using detail::mod;
   const size_t eb = p.elem_bytes();
-  if (size == 1) {
-    if (b.recv != b.send && b.count) std::memcpy(b.recv, b.send, b.count * eb);
-    return {};
-  }
+  if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
   const size_t slice = p.slice_elems();
   for (size_t base = 0; base < b.count; base += slice) {
     const size_t n = std::min(slice, b.count - base);
@@ -100,14 +100,11 @@ inline Status ring_all_gather(Primitives& p, int rank, int size, const RingBuffe
   using detail::at;
   using detail::mod;
   const size_t eb = p.elem_bytes();
-  const size_t slice = size == 1 ? std::max<size_t>(b.count, 1) : p.slice_elems();
+  if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
+  const size_t slice = p.slice_elems();
   for (size_t base = 0; base < b.count; base += slice) {
     const size_t n = std::min(slice, b.count - base);
     auto out = [&](int c) { return at(b.recv, static_cast<size_t>(c) * b.count + base, eb); };
-    if (size == 1) {
-      if (out(0) != at(b.send, base, eb)) std::memcpy(out(0), at(b.send, base, eb), n * eb);
-      continue;
-    }
     DCOMM_RETURN_IF_ERROR(p.copy_send(at(b.send, base, eb), out(rank), n));
     for (int t = 0; t < size - 2; ++t) DCOMM_RETURN_IF_ERROR(p.recv_copy_send(out(mod(rank - t - 1, size)), n));
     DCOMM_RETURN_IF_ERROR(p.recv(out(mod(rank + 1, size)), n));

@@ -30,19 +30,25 @@ DCOMM_HOST_DEVICE inline uint32_t shift_round_even(uint32_t value, int shift) {
   if (rest > half || (rest == half && (kept & 1u))) ++kept;
   return kept;
 }
-}  // namespace detail
 
-struct float16 {
+// The storage and conversions both 16-bit float types share; Format supplies the encoding.
+template <class Format>
+struct Float16Storage {
   uint16_t bits = 0;
 
-  float16() = default;
-  DCOMM_HOST_DEVICE explicit float16(float f) : bits(from_float(f)) {}
-  DCOMM_HOST_DEVICE explicit operator float() const { return to_float(bits); }
-  DCOMM_HOST_DEVICE static float16 from_bits(uint16_t b) {
-    float16 h;
+  Float16Storage() = default;
+  DCOMM_HOST_DEVICE explicit Float16Storage(float f) : bits(Format::from_float(f)) {}
+  DCOMM_HOST_DEVICE explicit operator float() const { return Format::to_float(bits); }
+  DCOMM_HOST_DEVICE static Format from_bits(uint16_t b) {
+    Format h;
     h.bits = b;
     return h;
   }
+};
+}  // namespace detail
+
+struct float16 : detail::Float16Storage<float16> {
+  using Float16Storage::Float16Storage;
 
   DCOMM_HOST_DEVICE static uint16_t from_float(float f) {
     uint32_t x = detail::float_bits(f);
@@ -82,17 +88,8 @@ struct float16 {
   }
 };
 
-struct bfloat16 {
-  uint16_t bits = 0;
-
-  bfloat16() = default;
-  DCOMM_HOST_DEVICE explicit bfloat16(float f) : bits(from_float(f)) {}
-  DCOMM_HOST_DEVICE explicit operator float() const { return to_float(bits); }
-  DCOMM_HOST_DEVICE static bfloat16 from_bits(uint16_t b) {
-    bfloat16 h;
-    h.bits = b;
-    return h;
-  }
+struct bfloat16 : detail::Float16Storage<bfloat16> {
+  using Float16Storage::Float16Storage;
 
   DCOMM_HOST_DEVICE static uint16_t from_float(float f) {
     uint32_t x = detail::float_bits(f);
