@@ -89,5 +89,10 @@ TEST_CASE("local rank and host grouping: threads share one host") {
     CHECK(c->local_rank() == c->rank());
     CHECK(c->same_host((c->rank() + 1) % 3));
     CHECK(std::string(c->transport_to((c->rank() + 1) % 3)) == "inproc");
+    CHECK(std::string(c->transport_to(c->rank())) == "self");
+    CHECK(std::string(c->transport_to(7)) == "none");
+    CHECK(c->peer(-1).rank == -1);
+    CHECK_FALSE(c->same_host(3));
+    CHECK(c->peer(2).pid == static_cast<int>(getpid()));
   }
 }

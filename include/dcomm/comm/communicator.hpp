@@ -164,9 +164,16 @@ class Communicator {
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }  // among ranks on this host
   int local_size() const { return local_size_; }
-  const PeerInfo& peer(int r) const { return peers_[static_cast<size_t>(r)]; }
-  bool same_host(int r) const { return peers_[static_cast<size_t>(r)].host_id == peers_[static_cast<size_t>(rank_)].host_id; }
-  const char* transport_to(int r) const { return transports_[static_cast<size_t>(r)] ? transports_[static_cast<size_t>(r)]->name() : "self"; }
+  // About rank r; out-of-range ranks get an empty PeerInfo (rank -1), "none" and false.
+  const PeerInfo& peer(int r) const {
+    static const PeerInfo kNone;
+    return r >= 0 && r < size_ ? peers_[static_cast<size_t>(r)] : kNone;
+  }
+  bool same_host(int r) const { return peer(r).rank >= 0 && peer(r).host_id == peer(rank_).host_id; }
+  const char* transport_to(int r) const {
+    if (r < 0 || r >= size_) return "none";
+    return transports_[static_cast<size_t>(r)] ? transports_[static_cast<size_t>(r)]->name() : "self";
+  }
   const Config& config() const { return config_; }
   bool aborted() const { return abort_->aborted(); }
   // Aborts this communicator on every rank: pending and later calls fail with `why`.
