@@ -61,7 +61,7 @@ struct Config {
   int spin_iterations = -1;
   // DCOMM_STREAM_BYTES: calls at least this large write their output with streaming stores
   // (no read-for-ownership); smaller ones keep their output in cache for the caller.
-  size_t stream_bytes = 64u << 20;
+  size_t stream_bytes = 16u << 20;
 
   static Result<Config> from_env() {
     Config c;
