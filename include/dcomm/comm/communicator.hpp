@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "dcomm/algo/chain.hpp"
+#include "dcomm/algo/direct.hpp"
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/bootstrap/launcher.hpp"
@@ -472,9 +473,7 @@ class Communicator {
       std::vector<int> peers;
       for (const auto& op : d.p2p) peers.push_back(op.peer);
       DCOMM_RETURN_IF_ERROR(connect_peers(peers));
-      std::vector<PeerPort*> ports(static_cast<size_t>(size_));
-      for (size_t p = 0; p < ports.size(); ++p) ports[p] = ports_[p].get();
-      return run_p2p(d.p2p, rank_, ports, config_);
+      return run_p2p(d.p2p, rank_, port_table(), config_);
     }
     if (d.kind == OpKind::kBarrier) {
       uint8_t token = 0, out = 0;
@@ -482,6 +481,12 @@ class Communicator {
     }
     auto reducer = make_host_reducer(d.type, d.op, size_);
     if (!reducer.ok()) return reducer.status();
+    if (d.kind == OpKind::kAllReduce && size_ > 1 && d.count > 0 && direct_fits(d.count * reducer->elem_bytes)) {
+      std::vector<int> all(static_cast<size_t>(size_));
+      for (int p = 0; p < size_; ++p) all[static_cast<size_t>(p)] = p;
+      DCOMM_RETURN_IF_ERROR(connect_peers(all));
+      return direct_all_reduce(port_table(), rank_, *reducer, d.send, d.recv, d.count);
+    }
     PeerPort* next = size_ > 1 ? ports_[static_cast<size_t>((rank_ + 1) % size_)].get() : nullptr;
     PeerPort* prev = size_ > 1 ? ports_[static_cast<size_t>((rank_ + size_ - 1) % size_)].get() : nullptr;
     // Streaming stores pay off for a large output that is not also the input (in place, the
@@ -499,6 +504,16 @@ class Communicator {
       case OpKind::kReduce: return chain_reduce(prims, rank_, size_, d.root, b, *reducer);
       default: return make_error(ErrorCode::kInternal, "unhandled operation");
     }
+  }
+
+  // The direct (one-exchange) all_reduce serves messages up to direct_bytes that fit a slot.
+  bool direct_fits(size_t bytes) const {
+    return bytes <= std::min({config_.direct_bytes, kDirectMaxBytes, config_.slot_bytes});
+  }
+  std::vector<PeerPort*> port_table() const {
+    std::vector<PeerPort*> ports(static_cast<size_t>(size_));
+    for (size_t p = 0; p < ports.size(); ++p) ports[p] = ports_[p].get();
+    return ports;
   }
 
   int rank_ = 0, size_ = 1;

@@ -62,6 +62,9 @@ struct Config {
   // DCOMM_STREAM_BYTES: calls at least this large write their output with streaming stores
   // (no read-for-ownership); smaller ones keep their output in cache for the caller.
   size_t stream_bytes = 16u << 20;
+  // DCOMM_DIRECT_BYTES: all_reduce calls up to this size (at most 16K and one slot) exchange
+  // whole buffers in one step instead of running the ring; 0 turns that off.
+  size_t direct_bytes = 4096;
 
   static Result<Config> from_env() {
     Config c;
@@ -71,7 +74,9 @@ struct Config {
     auto socks = env_size("DCOMM_SOCKETS_PER_PEER", c.sockets_per_peer, 1, 64);
     auto spin = env_size("DCOMM_SPIN", c.spin_iterations, -1, 1LL << 30);
     auto stream = env_size("DCOMM_STREAM_BYTES", static_cast<long long>(c.stream_bytes), 0, 1LL << 50);
-    for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(), stream.status()})
+    auto direct = env_size("DCOMM_DIRECT_BYTES", static_cast<long long>(c.direct_bytes), 0, 16384);
+    for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(),
+                            stream.status(), direct.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -79,6 +84,7 @@ struct Config {
     c.sockets_per_peer = static_cast<int>(*socks);
     c.spin_iterations = static_cast<int>(*spin);
     c.stream_bytes = static_cast<size_t>(*stream);
+    c.direct_bytes = static_cast<size_t>(*direct);
     std::string t = env_or("DCOMM_TRANSPORT", "auto");
     if (t == "auto") c.transport = TransportChoice::kAuto;
     else if (t == "inproc") c.transport = TransportChoice::kInproc;
