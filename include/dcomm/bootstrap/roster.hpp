@@ -13,6 +13,7 @@
 #include "dcomm/bootstrap/launcher.hpp"
 #include "dcomm/bootstrap/store.hpp"
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/transport/transport.hpp"
 
@@ -109,6 +110,8 @@ inline Result<std::vector<PeerInfo>> exchange_roster(StoreClient& store, const s
     if (!info.ok()) return info.status();
     peers[static_cast<size_t>(r)] = detail::deserialize(*info);
   }
+  DCOMM_LOG(kInfo, kSubsysBootstrap, rank, "roster of ", size, " ranks complete through the store at ",
+            store.server_address().to_string());
   return peers;
 }
 

@@ -424,6 +424,8 @@ class Communicator {
       if (!conn.ok()) return conn.status();
       ports_[static_cast<size_t>(p)] =
           std::make_unique<PeerPort>(std::move(*conn), &peers_[static_cast<size_t>(p)], abort_.get(), &config_);
+      DCOMM_LOG(kInfo, kSubsysTransport, rank_, "connected to ", peers_[static_cast<size_t>(p)].describe(), " via ",
+                transports_[static_cast<size_t>(p)]->name());
     }
     return {};
   }
@@ -473,6 +475,7 @@ class Communicator {
       std::vector<int> peers;
       for (const auto& op : d.p2p) peers.push_back(op.peer);
       DCOMM_RETURN_IF_ERROR(connect_peers(peers));
+      DCOMM_LOG(kTrace, kSubsysP2P, rank_, "batch of ", d.p2p.size(), " send/recv");
       return run_p2p(d.p2p, rank_, port_table(), config_);
     }
     if (d.kind == OpKind::kBarrier) {
@@ -481,6 +484,8 @@ class Communicator {
     }
     auto reducer = make_host_reducer(d.type, d.op, size_);
     if (!reducer.ok()) return reducer.status();
+    DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
+              to_string(d.op), " root ", d.root, d.send == d.recv ? " in place" : "");
     if (d.kind == OpKind::kAllReduce && size_ > 1 && d.count > 0 && direct_fits(d.count * reducer->elem_bytes)) {
       std::vector<int> all(static_cast<size_t>(size_));
       for (int p = 0; p < size_; ++p) all[static_cast<size_t>(p)] = p;
