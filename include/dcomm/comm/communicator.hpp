@@ -229,58 +229,58 @@ class Communicator {
   Status barrier() { return execute({OpKind::kBarrier}); }
   Work barrier_async() { return execute_async({OpKind::kBarrier}); }
 
-  // ---- collectives, typed form: the data type comes from the span ------------------------
-  template <class S, class R>
+  // ---- collectives, typed form: the data type comes from the span (any extent) ------------
+  template <class S, size_t SE, class R, size_t RE>
     requires detail::SameElement<S, R>
-  Status all_reduce(std::span<S> send, std::span<R> recv, ReduceOp op) {
+  Status all_reduce(std::span<S, SE> send, std::span<R, RE> recv, ReduceOp op) {
     if (send.size() != recv.size()) return size_error("all_reduce", send.size(), recv.size());
     return all_reduce(send.data(), recv.data(), recv.size(), data_type_of<R>, op);
   }
-  template <class T>
-  Status all_reduce(std::span<T> data, ReduceOp op) {
+  template <class T, size_t E>
+  Status all_reduce(std::span<T, E> data, ReduceOp op) {
     return all_reduce(data.data(), data.data(), data.size(), data_type_of<T>, op);
   }
-  template <class T>
-  Work all_reduce_async(std::span<T> data, ReduceOp op) {
+  template <class T, size_t E>
+  Work all_reduce_async(std::span<T, E> data, ReduceOp op) {
     return all_reduce_async(data.data(), data.data(), data.size(), data_type_of<T>, op);
   }
-  template <class S, class R>
+  template <class S, size_t SE, class R, size_t RE>
     requires detail::SameElement<S, R>
-  Status reduce_scatter(std::span<S> send, std::span<R> recv, ReduceOp op) {
+  Status reduce_scatter(std::span<S, SE> send, std::span<R, RE> recv, ReduceOp op) {
     if (send.size() != recv.size() * static_cast<size_t>(size_))
       return size_error("reduce_scatter", send.size(), recv.size() * static_cast<size_t>(size_));
     return reduce_scatter(send.data(), recv.data(), recv.size(), data_type_of<R>, op);
   }
-  template <class S, class R>
+  template <class S, size_t SE, class R, size_t RE>
     requires detail::SameElement<S, R>
-  Status all_gather(std::span<S> send, std::span<R> recv) {
+  Status all_gather(std::span<S, SE> send, std::span<R, RE> recv) {
     if (recv.size() != send.size() * static_cast<size_t>(size_))
       return size_error("all_gather", send.size() * static_cast<size_t>(size_), recv.size());
     return all_gather(send.data(), recv.data(), send.size(), data_type_of<R>);
   }
-  template <class S, class R>
+  template <class S, size_t SE, class R, size_t RE>
     requires detail::SameElement<S, R>
-  Work all_gather_async(std::span<S> send, std::span<R> recv) {
+  Work all_gather_async(std::span<S, SE> send, std::span<R, RE> recv) {
     if (recv.size() != send.size() * static_cast<size_t>(size_))
       return Work::completed(size_error("all_gather", send.size() * static_cast<size_t>(size_), recv.size()));
     return all_gather_async(send.data(), recv.data(), send.size(), data_type_of<R>);
   }
-  template <class T>
-  Status broadcast(std::span<T> data, int root) {
+  template <class T, size_t E>
+  Status broadcast(std::span<T, E> data, int root) {
     return broadcast(data.data(), data.data(), data.size(), data_type_of<T>, root);
   }
-  template <class S, class R>
+  template <class S, size_t SE, class R, size_t RE>
     requires detail::SameElement<S, R>
-  Status reduce(std::span<S> send, std::span<R> recv, ReduceOp op, int root) {
+  Status reduce(std::span<S, SE> send, std::span<R, RE> recv, ReduceOp op, int root) {
     if (rank_ == root && send.size() != recv.size()) return size_error("reduce", send.size(), recv.size());
     return reduce(send.data(), recv.data(), send.size(), data_type_of<R>, op, root);
   }
-  template <class T>
-  Status send(std::span<T> data, int peer) {
+  template <class T, size_t E>
+  Status send(std::span<T, E> data, int peer) {
     return send(data.data(), data.size(), data_type_of<std::remove_const_t<T>>, peer);
   }
-  template <class T>
-  Status recv(std::span<T> data, int peer) {
+  template <class T, size_t E>
+  Status recv(std::span<T, E> data, int peer) {
     return recv(data.data(), data.size(), data_type_of<T>, peer);
   }
 

@@ -4,6 +4,7 @@
 // with no progress. Errors name the peer.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 
@@ -77,7 +78,7 @@ class PeerPort {
   template <class Ready>
   Status wait(Ready ready, bool sending) const {
     if (ready()) return {};
-    Backoff backoff(config_->spin_iterations);
+    Backoff backoff(conn_->proxied() ? std::min(config_->spin_iterations, kProxiedSpin) : config_->spin_iterations);
     std::optional<Deadline> deadline;
     while (!ready()) {
       if (!backoff.pause()) continue;
@@ -95,6 +96,8 @@ class PeerPort {
                         expected_bytes, ": do all ranks make the same calls in the same order with the same counts?");
     return static_cast<const char*>(in_.data(index));
   }
+
+  static constexpr int kProxiedSpin = 16;
 
   std::unique_ptr<Connection> conn_;
   FifoRef out_, in_;

@@ -10,6 +10,7 @@
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/types.hpp"
 #include "dcomm/reduce/functors.hpp"
+#include "dcomm/reduce/host_simd.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
@@ -42,22 +43,50 @@ void divide_loop(void* buf, size_t count, int ranks) {
   T* d = static_cast<T*>(buf);
   for (size_t i = 0; i < count; ++i) d[i] = divide<T>(d[i], ranks);
 }
+// The loops for T: the portable ones (which compilers vectorize for the plain types), or the
+// AVX2 ones for the 16-bit floats where the CPU has them. `simd` selects.
+template <class T, bool kSimd>
+struct Loops {
+  template <class Op>
+  static constexpr ReduceFn reduce = reduce_loop<T, Op>;
+  static constexpr DivideFn divide = divide_loop<T>;
+};
+#if DCOMM_HOST_SIMD
 template <class T>
-Reducer make_reducer_for(ReduceOp op, int ranks) {
+  requires std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>
+struct Loops<T, true> {
+  template <class Op>
+  static constexpr ReduceFn reduce = simd::reduce16<simd::LanesOf<T>, Op>;
+  static constexpr DivideFn divide = simd::divide16<simd::LanesOf<T>>;
+};
+#endif
+
+template <class T, bool kSimd>
+Reducer make_reducer_with(ReduceOp op, int ranks) {
+  using L = Loops<T, kSimd>;
   Reducer r;
   r.elem_bytes = sizeof(T);
   r.ranks = ranks;
   switch (op) {
-    case ReduceOp::kSum: r.reduce = reduce_loop<T, SumOp>; break;
-    case ReduceOp::kProd: r.reduce = reduce_loop<T, ProdOp>; break;
-    case ReduceOp::kMin: r.reduce = reduce_loop<T, MinOp>; break;
-    case ReduceOp::kMax: r.reduce = reduce_loop<T, MaxOp>; break;
+    case ReduceOp::kSum: r.reduce = L::template reduce<SumOp>; break;
+    case ReduceOp::kProd: r.reduce = L::template reduce<ProdOp>; break;
+    case ReduceOp::kMin: r.reduce = L::template reduce<MinOp>; break;
+    case ReduceOp::kMax: r.reduce = L::template reduce<MaxOp>; break;
     case ReduceOp::kAvg:
-      r.reduce = reduce_loop<T, SumOp>;
-      r.divide = divide_loop<T>;
+      r.reduce = L::template reduce<SumOp>;
+      r.divide = L::divide;
       break;
   }
   return r;
+}
+
+template <class T>
+Reducer make_reducer_for(ReduceOp op, int ranks, bool allow_simd) {
+#if DCOMM_HOST_SIMD
+  if (allow_simd && simd::has_avx2_f16c()) return make_reducer_with<T, true>(op, ranks);
+#endif
+  (void)allow_simd;
+  return make_reducer_with<T, false>(op, ranks);
 }
 }  // namespace detail
 
@@ -79,10 +108,11 @@ decltype(auto) dispatch_type(DataType type, F&& f) {
   return f.template operator()<uint8_t>();  // unreachable: callers validate the type first
 }
 
-inline Result<Reducer> make_host_reducer(DataType type, ReduceOp op, int ranks) {
+// allow_simd = false gives the portable loops (the reference the SIMD ones are tested against).
+inline Result<Reducer> make_host_reducer(DataType type, ReduceOp op, int ranks, bool allow_simd = true) {
   if (!is_valid(type)) return invalid_argument("unknown data type ", static_cast<int>(type));
   if (!is_valid(op)) return invalid_argument("unknown reduction op ", static_cast<int>(op));
-  return dispatch_type(type, [&]<class T>() { return detail::make_reducer_for<T>(op, ranks); });
+  return dispatch_type(type, [&]<class T>() { return detail::make_reducer_for<T>(op, ranks, allow_simd); });
 }
 
 DCOMM_NAMESPACE_END

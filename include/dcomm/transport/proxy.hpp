@@ -337,6 +337,7 @@ class TcpConnection final : public Connection {
   FifoRef send_fifo() const override { return link_->send.fifo; }
   FifoRef recv_fifo() const override { return link_->recv.fifo; }
   void notify() const override { proxy_->notify(); }
+  bool proxied() const override { return true; }
   const char* kind() const override { return "tcp"; }
   // The proxy flushes and closes the sockets; the local FIFOs need no goodbye.
   void close() override {}

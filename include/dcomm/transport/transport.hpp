@@ -70,6 +70,9 @@ class Connection {
   virtual FifoRef recv_fifo() const = 0;  // the peer produces, this rank consumes
   // Called after committing or releasing slots; a proxy-driven transport wakes its thread.
   virtual void notify() const {}
+  // True when a proxy thread on this host moves the data: a waiter should yield soon, since
+  // spinning takes the CPU from the thread it waits for.
+  virtual bool proxied() const { return false; }
   virtual const char* kind() const = 0;
   // Clean shutdown: tells the peer that this side will neither produce nor consume again.
   virtual void close() {
