@@ -1,7 +1,10 @@
 // dcomm-bench: bus bandwidth of dcomm's collectives, with nccl-tests' flags and columns.
 //
 //   dcomm-bench [collective] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o op]
-//               [-d type] [-r root] [-n iters] [-w warmup] [-c 0|1]
+//               [-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1]
+//
+// -J writes the results as JSON (as nccl-tests' -J); -M 1 reports the staging memory each
+// rank holds (the largest over ranks).
 //
 // collective: all_reduce (default), reduce_scatter, all_gather, broadcast, reduce,
 // send_recv, all_to_all. Started under torchrun, mpirun or srun it is one rank of that job;
@@ -41,13 +44,15 @@ struct Options {
   int root = 0;
   int iters = 20, warmup = 5;
   bool check = true;
+  std::string json;  // -J: write results here
+  bool memory = false;  // -M: report staging memory per rank
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "dcomm-bench: %s\nusage: dcomm-bench [all_reduce|reduce_scatter|all_gather|broadcast|reduce|"
                "send_recv|all_to_all] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o sum|prod|min|max|avg] "
-               "[-d type] [-r root] [-n iters] [-w warmup] [-c 0|1]\n",
+               "[-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1]\n",
                msg);
   std::exit(2);
 }
@@ -73,6 +78,8 @@ Options parse(int argc, char** argv) {
     else if (flag == "-n") o.iters = std::atoi(v.c_str());
     else if (flag == "-w") o.warmup = std::atoi(v.c_str());
     else if (flag == "-c") o.check = v != "0";
+    else if (flag == "-J") o.json = v;
+    else if (flag == "-M") o.memory = v != "0";
     else if (flag == "-o") {
       auto op = parse_reduce_op(v);
       if (!op) usage(("unknown op " + v).c_str());
@@ -202,6 +209,7 @@ int run_rank(const Options& o) {
   double bus_sum = 0;
   int rows = 0;
   int64_t total_wrong = 0;
+  std::string json_rows;
   for (size_t bytes = o.min_bytes; bytes <= o.max_bytes;) {
     size_t count = std::max<size_t>(bytes / eb, 1);
     auto [sc, rc] = b.counts(count);
@@ -234,6 +242,12 @@ int run_rank(const Options& o) {
       }
       std::printf("\n");
       std::fflush(stdout);
+      for (int k = 0; k < 2; ++k) {
+        double algbw = size_b / us[k] / 1e3;
+        json_rows += detail::cat(json_rows.empty() ? "" : ",\n", "    {\"size\": ", shown * eb, ", \"count\": ", shown,
+                                 ", \"in_place\": ", k ? "true" : "false", ", \"time_us\": ", us[k], ", \"algbw\": ",
+                                 algbw, ", \"busbw\": ", algbw * b.bus_factor(), ", \"wrong\": ", wrong[k], "}");
+      }
       bus_sum += size_b / us[0] / 1e3 * b.bus_factor();
       ++rows;
     }
@@ -242,9 +256,27 @@ int run_rank(const Options& o) {
     if (next <= bytes) break;
     bytes = next;
   }
+  uint64_t staging = c.staging_bytes(), staging_max = 0;
+  if (Status s = c.all_reduce(&staging, &staging_max, 1, DataType::kUint64, ReduceOp::kMax); !s.ok()) return 1;
   if (c.rank() == 0) {
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "FAILED" : "OK");
-    std::printf("# Avg bus bandwidth    : %.3f\n#\n", rows ? bus_sum / rows : 0.0);
+    std::printf("# Avg bus bandwidth    : %.3f\n", rows ? bus_sum / rows : 0.0);
+    if (o.memory)
+      std::printf("# Staging memory       : %.2f MiB per rank (largest over ranks; DCOMM_SLOTS x DCOMM_SLOT_BYTES per link)\n",
+                  static_cast<double>(staging_max) / (1 << 20));
+    std::printf("#\n");
+    if (!o.json.empty()) {
+      FILE* f = std::fopen(o.json.c_str(), "w");
+      if (!f) return std::fprintf(stderr, "dcomm-bench: cannot write %s\n", o.json.c_str()), 1;
+      std::fprintf(f,
+                   "{\n  \"tool\": \"dcomm-bench\", \"collective\": \"%s\", \"ranks\": %d, \"type\": \"%s\", "
+                   "\"op\": \"%s\", \"root\": %d, \"iters\": %d, \"transport\": \"%s\", "
+                   "\"staging_bytes_per_rank\": %llu,\n  \"results\": [\n%s\n  ]\n}\n",
+                   o.coll.c_str(), c.size(), to_string(o.type), to_string(o.op), o.root, o.iters,
+                   c.transport_to((c.rank() + 1) % c.size()), static_cast<unsigned long long>(staging_max),
+                   json_rows.c_str());
+      std::fclose(f);
+    }
   }
   return total_wrong ? 1 : 0;
 }

@@ -176,6 +176,14 @@ class Communicator {
     return transports_[static_cast<size_t>(r)] ? transports_[static_cast<size_t>(r)]->name() : "self";
   }
   const Config& config() const { return config_; }
+  // Staging memory (FIFOs) this rank holds now, in bytes. Links are connected on first use,
+  // so this grows with the set of peers a program talks to: 2 links for rings and chains.
+  size_t staging_bytes() const {
+    size_t total = 0;
+    for (const auto& p : ports_)
+      if (p) total += p->connection().staging_bytes();
+    return total;
+  }
   bool aborted() const { return abort_->aborted(); }
   // Aborts this communicator on every rank: pending and later calls fail with `why`.
   void abort(const std::string& why) { abort_->abort(make_error(ErrorCode::kAborted, "rank ", rank_, " called abort(): ", why)); }

@@ -36,6 +36,7 @@ class InprocConnection final : public Connection {
   FifoRef send_fifo() const override { return low_ ? pair_->low_to_high.fifo : pair_->high_to_low.fifo; }
   FifoRef recv_fifo() const override { return low_ ? pair_->high_to_low.fifo : pair_->low_to_high.fifo; }
   const char* kind() const override { return "inproc"; }
+  size_t staging_bytes() const override { return pair_->low_to_high.bytes; }
 
  private:
   std::shared_ptr<detail::InprocPair> pair_;

@@ -339,6 +339,7 @@ class TcpConnection final : public Connection {
   void notify() const override { proxy_->notify(); }
   bool proxied() const override { return true; }
   const char* kind() const override { return "tcp"; }
+  size_t staging_bytes() const override { return link_->send.bytes + link_->recv.bytes; }
   // The proxy flushes and closes the sockets; the local FIFOs need no goodbye.
   void close() override {}
 

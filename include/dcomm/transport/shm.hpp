@@ -34,6 +34,7 @@ class ShmMapping {
     if (!path_.empty()) ::unlink(path_.c_str());  // in case the peer never mapped it
   }
   void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
 
  private:
   void* p_ = nullptr;
@@ -96,6 +97,7 @@ class ShmConnection final : public Connection {
   FifoRef send_fifo() const override { return FifoRef(send_.get()); }
   FifoRef recv_fifo() const override { return FifoRef(recv_.get()); }
   const char* kind() const override { return "shm"; }
+  size_t staging_bytes() const override { return recv_.bytes(); }
 
  private:
   detail::ShmMapping send_;

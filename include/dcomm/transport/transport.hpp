@@ -74,6 +74,9 @@ class Connection {
   // spinning takes the CPU from the thread it waits for.
   virtual bool proxied() const { return false; }
   virtual const char* kind() const = 0;
+  // Staging memory this rank holds for the link: the FIFO it receives on (and, over TCP, its
+  // local send FIFO too).
+  virtual size_t staging_bytes() const = 0;
   // Clean shutdown: tells the peer that this side will neither produce nor consume again.
   virtual void close() {
     send_fifo().close_producer();

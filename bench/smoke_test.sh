@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The main job in CI: dcomm-bench launches its own ranks, checks every result (-c 1; exits
+# non-zero on any wrong element) and writes JSON that must parse and hold every size.
+#   smoke_test.sh DCOMM_BENCH
+set -euo pipefail
+bench=$1
+json=$(mktemp /tmp/dcomm-bench.XXXXXX.json)
+trap 'rm -f "$json"' EXIT
+for coll in all_reduce reduce_scatter all_gather broadcast reduce send_recv all_to_all; do
+  "$bench" "$coll" -N 3 -b 8 -e 4M -f 8 -n 3 -w 1 -c 1 -d bf16 -M 1 -J "$json" >/dev/null
+  python3 - "$json" "$coll" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["collective"] == sys.argv[2] and r["ranks"] == 3, r
+sizes = {row["size"] for row in r["results"]}
+assert len(r["results"]) == 2 * len(sizes) and len(sizes) >= 6, sizes
+assert all(row["wrong"] == 0 and row["time_us"] > 0 for row in r["results"]), r["results"]
+assert r["staging_bytes_per_rank"] > 0
+PY
+done
+echo "dcomm-bench smoke test: 7 collectives checked"
