@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""Gloo (PyTorch's CPU backend) measured like dcomm-bench: float32 sum, buffers allocated once
+and reused, mean time per iteration of the slowest rank, nccl-tests' busbw factors.
+
+    gloo_bench.py [all_reduce|reduce_scatter|all_gather|broadcast] -N ranks -b min -e max -f factor -n iters -w warmup
+
+Starts its own ranks (torch.multiprocessing) over TCP loopback, or joins one rank of a job
+when RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT are set (torchrun, or network namespaces).
+Prints: size_bytes time_us algbw_GBps busbw_GBps, one line per size (rank 0).
+"""
+import argparse
+import os
+import socket
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def parse_size(text):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(float(text[:-1] if mult > 1 else text) * mult)
+
+
+def run(rank, size, args):
+    dist.init_process_group("gloo", rank=rank, world_size=size)
+    n = size
+    big = torch.ones(args.max_bytes // 4 * max(1, n) + 16, dtype=torch.float32)
+    out = torch.zeros_like(big)
+    factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(args.coll, (n - 1) / n)
+    if rank == 0:
+        print(f"# gloo-bench {args.coll}, {n} ranks (torch {torch.__version__})\n# size_bytes time_us algbw_GBps busbw_GBps")
+    nbytes = args.min_bytes
+    while nbytes <= args.max_bytes:
+        count = max(nbytes // 4, 1)
+        per = max(count // n, 1)
+        if args.coll == "all_reduce":
+            t = big[:count]
+            op = lambda: dist.all_reduce(t)
+            shown = count * 4
+        elif args.coll == "broadcast":
+            t = big[:count]
+            op = lambda: dist.broadcast(t, 0)
+            shown = count * 4
+        elif args.coll == "all_gather":
+            inp = big[:per]
+            outs = list(out[: per * n].chunk(n))
+            op = lambda: dist.all_gather(outs, inp)
+            shown = per * n * 4
+        else:  # reduce_scatter: Gloo has none in torch 1.13; all_reduce + take the block is what users do
+            t = big[: per * n]
+            op = lambda: dist.all_reduce(t)
+            shown = per * n * 4
+        for _ in range(args.w):
+            op()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(args.n):
+            op()
+        us = torch.tensor([(time.perf_counter() - t0) / args.n * 1e6], dtype=torch.float64)
+        dist.all_reduce(us, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            algbw = shown / us.item() / 1e3
+            print(f"{shown} {us.item():.3f} {algbw:.3f} {algbw * factor:.3f}", flush=True)
+        nbytes = int(nbytes * args.f)
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("coll", nargs="?", default="all_reduce")
+    p.add_argument("-N", type=int, default=2)
+    p.add_argument("-b", dest="min_bytes", type=parse_size, default=8)
+    p.add_argument("-e", dest="max_bytes", type=parse_size, default=256 << 20)
+    p.add_argument("-f", type=float, default=4)
+    p.add_argument("-n", type=int, default=20)
+    p.add_argument("-w", type=int, default=5)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        run(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    mp.spawn(run, args=(args.N, args), nprocs=args.N)
+
+
+if __name__ == "__main__":
+    main()
