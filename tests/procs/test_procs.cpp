@@ -89,12 +89,12 @@ TEST_CASE("bootstrap from a Slurm environment on one node (no address given)") {
 }
 
 TEST_CASE("a rank killed mid-collective: every survivor's error names it") {
-  for (const char* transport : {"shm", "tcp"}) {
+  for (std::string transport : {"shm", "tcp"}) {
     CAPTURE(transport);
     // Big all_reduces, so the victim dies with data in flight; rank 2 of 4 dies after 5 rounds.
     // The deadline is ten minutes and the survivors get one: they must learn of the death
     // from the dead rank's closed connections, not from a timeout.
-    auto p = run_local({"die", "2", "5"}, 4, {std::string("DCOMM_TRANSPORT=") + transport, "DCOMM_TIMEOUT_MS=600000"}, 60s);
+    auto p = run_local({"die", "2", "5"}, 4, {"DCOMM_TRANSPORT=" + transport, "DCOMM_TIMEOUT_MS=600000"}, 60s);
     CHECK(p.exit_codes[2] == -SIGKILL);
     for (int r : {0, 1, 3}) CHECK_MESSAGE(p.exit_codes[static_cast<size_t>(r)] == 3, "survivor rank ", r);
   }

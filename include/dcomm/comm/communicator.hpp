@@ -147,8 +147,11 @@ class Communicator {
 
   ~Communicator() {
     executor_.shutdown();
-    for (auto& p : ports_)
-      if (p) p->connection().close();
+    // A clean goodbye only from a healthy communicator: after an abort, peers must learn the
+    // abort's cause (sent over the control sockets), not that this rank left.
+    if (!abort_->aborted())
+      for (auto& p : ports_)
+        if (p) p->connection().close();
     if (proxy_) proxy_->stop(config_.timeout);
     std::lock_guard<std::mutex> lock(detail::local_groups().mu);
     auto& groups = detail::local_groups().groups;

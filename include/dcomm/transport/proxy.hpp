@@ -188,7 +188,11 @@ class Proxy {
         if (st.send_off < 8) iov[n_iov++] = {reinterpret_cast<char*>(&total) + st.send_off, 8 - st.send_off};
         size_t data_off = st.send_off < 8 ? 0 : st.send_off - 8;
         if (e - b > data_off) iov[n_iov++] = {out.data(st.send_slot) + b + data_off, e - b - data_off};
-        ssize_t n = want > st.send_off ? ::writev(st.sock.fd(), iov, n_iov) : 0;
+        // sendmsg with MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE.
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = static_cast<size_t>(n_iov);
+        ssize_t n = want > st.send_off ? ::sendmsg(st.sock.fd(), &msg, MSG_NOSIGNAL) : 0;
         if (n < 0) {
           if (errno == EAGAIN || errno == EINTR) {
             st.want_out = true;
