@@ -81,9 +81,14 @@ inline Result<std::vector<PeerInfo>> exchange_roster(StoreClient& store, const s
   if (*claims == 1) DCOMM_RETURN_IF_ERROR(store.set(detail::cat(prefix, "/info/", rank), detail::serialize(self)));
   auto arrived = store.add(prefix + "/arrivals", 1);
   if (!arrived.ok()) return arrived.status();
-  if (*claims > 1)
+  if (*claims > 1) {
+    // Tell the ranks waiting for the roster too; the last arrival's verdict, if it comes
+    // later, says the same.
+    if (*arrived <= size)
+      store.set(prefix + "/roster", detail::cat("rank ", rank, " was claimed by more than one process")).ignore();
     return invalid_argument("rank ", rank, " was already claimed by another process (this is pid ", self.pid, " on ",
                             self.hostname, "): each rank must be started once");
+  }
   if (*arrived > size) return invalid_argument("more than ", size, " processes joined a communicator of size ", size);
   if (*arrived == size) {
     std::string verdict;
