@@ -8,7 +8,7 @@
 
 using namespace dcomm;
 
-TEST_CASE("fifo: slots fill, wrap and keep their sizes") {
+TEST_CASE("fifo: slots fill, wrap and keep their sizes; small payloads ride in the header line") {
   Config c;
   c.slot_bytes = 256;
   c.slots = 3;
@@ -18,15 +18,21 @@ TEST_CASE("fifo: slots fill, wrap and keep their sizes") {
   for (uint64_t round = 0; round < 10; ++round) {
     for (int i = 0; i < 3; ++i) {
       REQUIRE(f.writable());
-      f.data(f.tail(std::memory_order_relaxed))[0] = static_cast<char>(round * 3 + static_cast<uint64_t>(i));
-      f.commit(static_cast<uint64_t>(i) + 1);
+      uint64_t bytes = i == 1 ? 200 : static_cast<uint64_t>(i) + 1;  // one slot past the inline limit
+      uint64_t t = f.tail(std::memory_order_relaxed);
+      CHECK_FALSE(f.ready(t));
+      f.payload(t, bytes)[bytes - 1] = static_cast<char>(round * 3 + static_cast<uint64_t>(i));
+      f.commit(bytes);
+      CHECK(f.ready(t));
     }
     CHECK_FALSE(f.writable());  // three slots, all full
     for (int i = 0; i < 3; ++i) {
       REQUIRE(f.readable());
       uint64_t h = f.head(std::memory_order_relaxed);
-      CHECK(f.size(h) == static_cast<uint64_t>(i) + 1);
-      CHECK(f.data(h)[0] == static_cast<char>(round * 3 + static_cast<uint64_t>(i)));
+      uint64_t bytes = f.size(h);
+      CHECK(bytes == (i == 1 ? 200 : static_cast<uint64_t>(i) + 1));
+      CHECK(f.payload(h, bytes)[bytes - 1] == static_cast<char>(round * 3 + static_cast<uint64_t>(i)));
+      CHECK((f.payload(h, bytes) - f.payload(h, 1)) == (bytes > kInlineBytes ? 48 : 0));
       f.release();
     }
     CHECK_FALSE(f.readable());
@@ -46,7 +52,7 @@ TEST_CASE("fifo: a producer and a consumer thread pass a million slots in order"
   std::thread producer([&] {
     for (uint64_t i = 0; i < n; ++i) {
       while (!f.writable()) std::this_thread::yield();
-      std::memcpy(f.data(f.tail(std::memory_order_relaxed)), &i, sizeof i);
+      std::memcpy(f.payload(f.tail(std::memory_order_relaxed), sizeof i), &i, sizeof i);
       f.commit(sizeof i);
     }
   });
@@ -54,7 +60,7 @@ TEST_CASE("fifo: a producer and a consumer thread pass a million slots in order"
   for (uint64_t i = 0; i < n; ++i) {
     while (!f.readable()) std::this_thread::yield();
     uint64_t v;
-    std::memcpy(&v, f.data(f.head(std::memory_order_relaxed)), sizeof v);
+    std::memcpy(&v, f.payload(f.head(std::memory_order_relaxed), sizeof v), sizeof v);
     bad += v != i;
     f.release();
   }

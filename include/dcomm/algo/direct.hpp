@@ -24,7 +24,7 @@ inline Status direct_all_reduce(const std::vector<PeerPort*>& ports, int rank, c
   const size_t bytes = count * r.elem_bytes;
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
-    auto slot = ports[static_cast<size_t>(p)]->acquire_send();
+    auto slot = ports[static_cast<size_t>(p)]->acquire_send(bytes);
     if (!slot.ok()) return slot.status();
     std::memcpy(*slot, send, bytes);
     ports[static_cast<size_t>(p)]->commit_send(bytes);

@@ -78,7 +78,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
         char* base = static_cast<char*>(op.buffer) + state[i].done_bytes;
         if (op.kind == P2POp::Kind::kSend) {
           char* slot = nullptr;
-          if (!port->try_acquire_send(&slot)) break;
+          if (!port->try_acquire_send(n, &slot)) break;
           if (n) std::memcpy(slot, base, n);
           port->commit_send(n);
         } else {

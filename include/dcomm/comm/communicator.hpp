@@ -498,10 +498,13 @@ class Communicator {
     DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
               to_string(d.op), " root ", d.root, d.send == d.recv ? " in place" : "");
     if (d.kind == OpKind::kAllReduce && size_ > 1 && d.count > 0 && direct_fits(d.count * reducer->elem_bytes)) {
-      std::vector<int> all(static_cast<size_t>(size_));
-      for (int p = 0; p < size_; ++p) all[static_cast<size_t>(p)] = p;
-      DCOMM_RETURN_IF_ERROR(connect_peers(all));
-      return direct_all_reduce(port_table(), rank_, *reducer, d.send, d.recv, d.count);
+      if (all_ports_.empty()) {  // first direct call: connect every peer once
+        std::vector<int> all(static_cast<size_t>(size_));
+        for (int p = 0; p < size_; ++p) all[static_cast<size_t>(p)] = p;
+        DCOMM_RETURN_IF_ERROR(connect_peers(all));
+        all_ports_ = port_table();
+      }
+      return direct_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
     }
     PeerPort* next = size_ > 1 ? ports_[static_cast<size_t>((rank_ + 1) % size_)].get() : nullptr;
     PeerPort* prev = size_ > 1 ? ports_[static_cast<size_t>((rank_ + size_ - 1) % size_)].get() : nullptr;
@@ -547,6 +550,7 @@ class Communicator {
   std::unique_ptr<TcpTransport> tcp_;
   std::vector<Transport*> transports_;
   std::vector<std::unique_ptr<PeerPort>> ports_;
+  std::vector<PeerPort*> all_ports_;  // every peer's port, once the direct all_reduce connected them
   int split_count_ = 0;
   Executor executor_;  // last: its worker is joined before anything it uses is destroyed
 };

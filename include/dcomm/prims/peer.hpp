@@ -25,14 +25,15 @@ class PeerPort {
   Connection& connection() const { return *conn_; }
   size_t slot_bytes() const { return out_.slot_bytes(); }
 
-  // Producer side: a slot to fill (slot_bytes() long), then commit() with the bytes written.
-  Result<char*> acquire_send() {
-    DCOMM_RETURN_IF_ERROR(wait([this] { return out_.writable(); }, /*sending=*/true));
-    return out_.data(out_.tail(std::memory_order_relaxed));
+  // Producer side: room for `bytes` (at most slot_bytes()) in the next slot, then commit()
+  // with the same count.
+  Result<char*> acquire_send(size_t bytes) {
+    DCOMM_RETURN_IF_ERROR(wait([this] { return writable(); }, /*sending=*/true));
+    return out_.payload(out_.tail(std::memory_order_relaxed), bytes);
   }
-  bool try_acquire_send(char** slot) const {
-    if (!out_.writable()) return false;
-    *slot = out_.data(out_.tail(std::memory_order_relaxed));
+  bool try_acquire_send(size_t bytes, char** slot) {
+    if (!writable()) return false;
+    *slot = out_.payload(out_.tail(std::memory_order_relaxed), bytes);
     return true;
   }
   void commit_send(size_t bytes) {
@@ -75,6 +76,15 @@ class PeerPort {
   }
 
  private:
+  // A free slot, reading the consumer's `head` (a cache line the consumer writes) only when
+  // the cached copy says the FIFO is full.
+  bool writable() {
+    uint64_t t = out_.tail(std::memory_order_relaxed);
+    if (t - head_cache_ < out_.slots()) return true;
+    head_cache_ = out_.head();
+    return t - head_cache_ < out_.slots();
+  }
+
   template <class Ready>
   Status wait(Ready ready, bool sending) const {
     if (ready()) return {};
@@ -94,13 +104,14 @@ class PeerPort {
     if (got != expected_bytes)
       return make_error(ErrorCode::kInvalidArgument, info_->describe(), " sent ", got, " bytes where this rank expected ",
                         expected_bytes, ": do all ranks make the same calls in the same order with the same counts?");
-    return static_cast<const char*>(in_.data(index));
+    return static_cast<const char*>(in_.payload(index, got));
   }
 
   static constexpr int kProxiedSpin = 16;
 
   std::unique_ptr<Connection> conn_;
   FifoRef out_, in_;
+  uint64_t head_cache_ = 0;
   const PeerInfo* info_;
   const AbortState* abort_;
   const Config* config_;

@@ -99,7 +99,7 @@ class Primitives {
   }
   template <class Fill>
   Status with_send(Fill fill, size_t count) {
-    auto slot = next_->acquire_send();
+    auto slot = next_->acquire_send(count * r_.elem_bytes);
     if (!slot.ok()) return slot.status();
     fill(*slot);
     next_->commit_send(count * r_.elem_bytes);

@@ -1,9 +1,14 @@
 // The staging FIFO every transport exposes: a single-producer single-consumer ring of
 // fixed-size slots in memory both sides can reach (heap for threads, a shared mapping for
 // processes; for TCP a local FIFO at each end, with the proxy thread moving slots over the
-// socket). The producer owns `tail`, the consumer owns `head`; each slot carries its byte
-// count in its own cache line ahead of the data. Lock-free 64-bit atomics work across
-// processes in a shared mapping.
+// socket). The producer owns `tail`, the consumer owns `head`. Lock-free 64-bit atomics work
+// across processes in a shared mapping.
+//
+// Each slot opens with one cache line: a sequence number, the byte count, and up to 48 bytes
+// of payload inline. The consumer polls that line's sequence number (not `tail`), so a small
+// message costs one cache-line transfer to the consumer and one back to the producer, the
+// least two cores can do (the "LL" idea of NCCL's low-latency protocol). Larger payloads
+// follow in the slot's data area.
 //
 // FifoRef is a trivially copyable view: the same idea as MSCCL++'s device handles, so a
 // future device-side consumer can take it by value.
@@ -32,6 +37,8 @@ struct alignas(64) FifoHeader {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "dcomm needs lock-free 64-bit atomics for shared memory");
 
 inline constexpr size_t kSlotHeaderBytes = 64;
+inline constexpr size_t kInlineOffset = 16;  // seq, then size, then inline payload
+inline constexpr size_t kInlineBytes = kSlotHeaderBytes - kInlineOffset;
 
 inline size_t fifo_bytes(size_t slot_bytes, size_t slots) {
   return sizeof(FifoHeader) + slots * (kSlotHeaderBytes + slot_bytes);
@@ -51,8 +58,11 @@ class FifoRef {
     h->tail.store(0, std::memory_order_relaxed);
     h->head.store(0, std::memory_order_relaxed);
     h->producer_closed.store(0, std::memory_order_relaxed);
-    h->consumer_closed.store(0, std::memory_order_release);
-    return FifoRef(memory);
+    h->consumer_closed.store(0, std::memory_order_relaxed);
+    FifoRef f(memory);
+    for (uint64_t i = 0; i < slots; ++i) std::memset(f.slot(i), 0, kSlotHeaderBytes);  // seq 0: nothing yet
+    std::atomic_thread_fence(std::memory_order_release);
+    return f;
   }
 
   bool valid() const { return h_ && h_->magic == FifoHeader::kMagic; }
@@ -62,22 +72,32 @@ class FifoRef {
   uint64_t tail(std::memory_order mo = std::memory_order_acquire) const { return h_->tail.load(mo); }
   uint64_t head(std::memory_order mo = std::memory_order_acquire) const { return h_->head.load(mo); }
 
-  // Slot `index` (a running count; wraps over the ring).
-  char* data(uint64_t index) const { return slot(index) + kSlotHeaderBytes; }
-  uint64_t size(uint64_t index) const { return *reinterpret_cast<const uint64_t*>(slot(index)); }
-  void set_size(uint64_t index, uint64_t bytes) const { *reinterpret_cast<uint64_t*>(slot(index)) = bytes; }
+  // Where slot `index` (a running count; wraps over the ring) keeps a payload of `bytes`.
+  char* payload(uint64_t index, uint64_t bytes) const {
+    return slot(index) + (bytes <= kInlineBytes ? kInlineOffset : kSlotHeaderBytes);
+  }
+  uint64_t size(uint64_t index) const { return *reinterpret_cast<const uint64_t*>(slot(index) + 8); }
+  void set_size(uint64_t index, uint64_t bytes) const { *reinterpret_cast<uint64_t*>(slot(index) + 8) = bytes; }
+  // Slot `index` is complete: its sequence number becomes index + 1.
+  void mark_ready(uint64_t index) const { seq(index).store(index + 1, std::memory_order_release); }
+  bool ready(uint64_t index) const { return seq(index).load(std::memory_order_acquire) == index + 1; }
 
   // Producer side.
   bool writable() const { return tail(std::memory_order_relaxed) - head() < h_->slots; }
   void commit(uint64_t bytes) const {
     uint64_t t = tail(std::memory_order_relaxed);
     set_size(t, bytes);
+    mark_ready(t);
     h_->tail.store(t + 1, std::memory_order_release);
   }
-  void publish_tail(uint64_t t) const { h_->tail.store(t, std::memory_order_release); }
+  // For a producer that completes slots out of band (the TCP proxy): slots [tail, t) are full.
+  void publish_tail(uint64_t t) const {
+    for (uint64_t i = tail(std::memory_order_relaxed); i < t; ++i) mark_ready(i);
+    h_->tail.store(t, std::memory_order_release);
+  }
 
   // Consumer side.
-  bool readable() const { return tail() > head(std::memory_order_relaxed); }
+  bool readable() const { return ready(head(std::memory_order_relaxed)); }
   void release() const { h_->head.store(head(std::memory_order_relaxed) + 1, std::memory_order_release); }
   void publish_head(uint64_t hd) const { h_->head.store(hd, std::memory_order_release); }
 
@@ -87,6 +107,7 @@ class FifoRef {
   void close_consumer() const { h_->consumer_closed.store(1, std::memory_order_release); }
 
  private:
+  std::atomic_ref<uint64_t> seq(uint64_t index) const { return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot(index))); }
   char* slot(uint64_t index) const {
     return reinterpret_cast<char*>(h_) + sizeof(FifoHeader) + (index % h_->slots) * (kSlotHeaderBytes + h_->slot_bytes);
   }

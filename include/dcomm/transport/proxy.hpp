@@ -187,7 +187,7 @@ class Proxy {
         int n_iov = 0;
         if (st.send_off < 8) iov[n_iov++] = {reinterpret_cast<char*>(&total) + st.send_off, 8 - st.send_off};
         size_t data_off = st.send_off < 8 ? 0 : st.send_off - 8;
-        if (e - b > data_off) iov[n_iov++] = {out.data(st.send_slot) + b + data_off, e - b - data_off};
+        if (e - b > data_off) iov[n_iov++] = {out.payload(st.send_slot, total) + b + data_off, e - b - data_off};
         // sendmsg with MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE.
         msghdr msg{};
         msg.msg_iov = iov;
@@ -216,7 +216,7 @@ class Proxy {
           left = 8 - st.recv_off;
         } else {
           auto [b, e] = l.slice(k, st.recv_total);
-          dst = in.data(st.recv_slot) + b + (st.recv_off - 8);
+          dst = in.payload(st.recv_slot, st.recv_total) + b + (st.recv_off - 8);
           left = (e - b) - (st.recv_off - 8);
         }
         ssize_t n = left ? ::recv(st.sock.fd(), dst, left, 0) : 0;
