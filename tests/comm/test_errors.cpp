@@ -131,3 +131,21 @@ TEST_CASE("init: rank out of range, empty world, duplicate rank, missing rank, u
     CHECK(contains(c.status(), "init of rank 0 of 2"));
   }
 }
+
+TEST_CASE("staging memory is bounded by DCOMM_MAX_STAGING_BYTES, with an error that names it") {
+  Config c = test_config();
+  c.max_staging_bytes = fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots)) * 2;  // ring neighbours only
+  auto comms = Communicator::create_local(4, c);
+  REQUIRE(comms.ok());
+  on_ranks(*comms, [&](Communicator& comm) {
+    CHECK(comm.staging_bytes() == 2 * fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots)));
+    // The ring runs within the bound...
+    std::vector<int32_t> v(100, 1);
+    CHECK(comm.all_reduce(std::span(v), ReduceOp::kSum).ok());
+    // ...a message to the rank across the ring needs a third link, which the bound refuses.
+    int across = (comm.rank() + 2) % 4;
+    Status s = comm.send_recv(v.data(), 1, across, v.data() + 1, 1, across, DataType::kInt32);
+    CHECK(s.code() == ErrorCode::kOutOfResources);
+    CHECK(contains(s, "DCOMM_MAX_STAGING_BYTES"));
+  });
+}

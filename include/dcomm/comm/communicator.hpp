@@ -423,6 +423,14 @@ class Communicator {
     std::erase_if(want, [&](int p) { return p == rank_ || ports_[static_cast<size_t>(p)]; });
     std::sort(want.begin(), want.end());
     want.erase(std::unique(want.begin(), want.end()), want.end());
+    // Every link holds about one FIFO here (TCP: two); refuse before allocating past the bound.
+    size_t per_link = fifo_bytes(config_.slot_bytes, static_cast<size_t>(config_.slots));
+    size_t after = staging_bytes();
+    for (int p : want) after += per_link * (kinds_[static_cast<size_t>(p)] == TransportChoice::kTcp ? 2 : 1);
+    if (!want.empty() && after > config_.max_staging_bytes)
+      return make_error(ErrorCode::kOutOfResources, "connecting to ", want.size(), " more peer(s) would raise this rank's ",
+                        "staging memory to ", after >> 20, " MiB, over DCOMM_MAX_STAGING_BYTES (",
+                        config_.max_staging_bytes >> 20, " MiB); raise it, or lower DCOMM_SLOT_BYTES / DCOMM_SLOTS");
     auto ctx = [&](int p) {
       return ConnectContext{rank_, &peers_[static_cast<size_t>(rank_)], &peers_[static_cast<size_t>(p)], &config_,
                             store_.get(), prefix_, abort_};
@@ -473,10 +481,13 @@ class Communicator {
   }
 
   // Runs one call on this thread; a failure once data may have moved aborts the communicator.
+  // Resource refusals (kOutOfResources: the staging bound, a full /dev/shm) come before this
+  // rank sends anything, so they fail the call and abort nothing.
   Status run(const OpDesc& d) {
     Status s = dispatch(d);
     if (s.ok()) return s;
-    if (!abort_->aborted()) abort_->abort(s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_)));
+    if (!abort_->aborted() && s.code() != ErrorCode::kOutOfResources)
+      abort_->abort(s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_)));
     return s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_));
   }
 
@@ -497,7 +508,8 @@ class Communicator {
     if (!reducer.ok()) return reducer.status();
     DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
               to_string(d.op), " root ", d.root, d.send == d.recv ? " in place" : "");
-    if (d.kind == OpKind::kAllReduce && size_ > 1 && d.count > 0 && direct_fits(d.count * reducer->elem_bytes)) {
+    if (d.kind == OpKind::kAllReduce && size_ > 1 && size_ <= kDirectMaxRanks && d.count > 0 &&
+        direct_fits(d.count * reducer->elem_bytes)) {
       if (all_ports_.empty()) {  // first direct call: connect every peer once
         std::vector<int> all(static_cast<size_t>(size_));
         for (int p = 0; p < size_; ++p) all[static_cast<size_t>(p)] = p;
@@ -525,7 +537,9 @@ class Communicator {
     }
   }
 
-  // The direct (one-exchange) all_reduce serves messages up to direct_bytes that fit a slot.
+  // The direct (one-exchange) all_reduce serves messages up to direct_bytes that fit a slot,
+  // in groups small enough that a link to every peer is cheap (it connects them all).
+  static constexpr int kDirectMaxRanks = 8;
   bool direct_fits(size_t bytes) const {
     return bytes <= std::min({config_.direct_bytes, kDirectMaxBytes, config_.slot_bytes});
   }

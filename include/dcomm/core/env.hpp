@@ -65,6 +65,10 @@ struct Config {
   // DCOMM_DIRECT_BYTES: all_reduce calls up to this size (at most 16K and one slot) exchange
   // whole buffers in one step instead of running the ring; 0 turns that off.
   size_t direct_bytes = 4096;
+  // DCOMM_MAX_STAGING_BYTES: the most FIFO memory one rank may hold. Each link a rank talks
+  // over takes one FIFO (slots x slot_bytes; 4 MiB by default, so a 2-rank communicator holds
+  // 4 MiB); connecting a link past the bound is an error that names this setting.
+  size_t max_staging_bytes = 512u << 20;
 
   static Result<Config> from_env() {
     Config c;
@@ -75,8 +79,9 @@ struct Config {
     auto spin = env_size("DCOMM_SPIN", c.spin_iterations, -1, 1LL << 30);
     auto stream = env_size("DCOMM_STREAM_BYTES", static_cast<long long>(c.stream_bytes), 0, 1LL << 50);
     auto direct = env_size("DCOMM_DIRECT_BYTES", static_cast<long long>(c.direct_bytes), 0, 16384);
+    auto staging = env_size("DCOMM_MAX_STAGING_BYTES", static_cast<long long>(c.max_staging_bytes), 0, 1LL << 50);
     for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(),
-                            stream.status(), direct.status()})
+                            stream.status(), direct.status(), staging.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -85,6 +90,7 @@ struct Config {
     c.spin_iterations = static_cast<int>(*spin);
     c.stream_bytes = static_cast<size_t>(*stream);
     c.direct_bytes = static_cast<size_t>(*direct);
+    c.max_staging_bytes = static_cast<size_t>(*staging);
     std::string t = env_or("DCOMM_TRANSPORT", "auto");
     if (t == "auto") c.transport = TransportChoice::kAuto;
     else if (t == "inproc") c.transport = TransportChoice::kInproc;
