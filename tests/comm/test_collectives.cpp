@@ -2,6 +2,7 @@
 // in-process transport; and the same matrix over shared memory and TCP between threads.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "support/matrix.hpp"
@@ -36,6 +37,23 @@ TEST_CASE("matrix, threads as ranks, in-process transport") {
   for (int size : {1, 2, 3, 4, 5, 8}) {
     CAPTURE(size);
     run_full_matrix(size, TransportChoice::kAuto);
+  }
+}
+
+TEST_CASE("matrix, threads as ranks, single-copy all_gather and broadcast from 1 KiB") {
+  for (int size : {2, 4}) {
+    CAPTURE(size);
+    Config config = test_config();
+    config.cma_bytes = 1024;
+    auto comms = Communicator::create_local(size, config);
+    REQUIRE(comms.ok());
+    std::atomic<int> failures{0};
+    on_ranks(*comms, [&](Communicator& c) {
+      MatrixReport rep = run_matrix(c, full_matrix(size, config.slot_bytes));
+      for (const auto& f : rep.failures) MESSAGE(f);
+      failures += static_cast<int>(rep.failures.size());
+    });
+    CHECK(failures == 0);
   }
 }
 

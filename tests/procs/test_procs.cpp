@@ -59,6 +59,13 @@ TEST_CASE("matrix, processes over shared memory, world sizes 1, 2, 3, 4, 5, 8") 
   }
 }
 
+TEST_CASE("matrix, processes over shared memory with single-copy all_gather and broadcast from 1 KiB") {
+  for (int size : {2, 3, 5}) {
+    CAPTURE(size);
+    check_all_exit(run_local({"matrix"}, size, with(kSmall, {"DCOMM_CMA_BYTES=1K"})), 0);
+  }
+}
+
 TEST_CASE("matrix, processes over TCP, world sizes 2, 3, 4") {
   for (int size : {2, 3, 4}) {
     CAPTURE(size);

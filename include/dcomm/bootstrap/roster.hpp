@@ -15,6 +15,7 @@
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
+#include "dcomm/transport/cma.hpp"
 #include "dcomm/transport/transport.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -44,7 +45,8 @@ inline uint64_t this_process_id() {
 }
 
 inline std::string serialize(const PeerInfo& p) {
-  return cat(p.rank, "\n", p.hostname, "\n", p.host_id, "\n", p.pid, "\n", p.address, "\n", p.process_id, "\n");
+  return cat(p.rank, "\n", p.hostname, "\n", p.host_id, "\n", p.pid, "\n", p.address, "\n", p.process_id, "\n",
+             p.probe_addr, "\n");
 }
 inline PeerInfo deserialize(const std::string& text) {
   std::istringstream in(text);
@@ -56,6 +58,7 @@ inline PeerInfo deserialize(const std::string& text) {
   std::getline(in, line), p.pid = std::stoi(line);
   std::getline(in, p.address);
   std::getline(in, line), p.process_id = std::stoull(line);
+  std::getline(in, line), p.probe_addr = std::stoull(line);
   return p;
 }
 }  // namespace detail
@@ -70,6 +73,7 @@ inline PeerInfo make_self_info(int rank, const std::string& listen_address) {
   p.pid = static_cast<int>(getpid());
   p.address = listen_address;
   p.process_id = detail::this_process_id();
+  p.probe_addr = reinterpret_cast<uint64_t>(&detail::cma_probe_word());
   return p;
 }
 

@@ -32,6 +32,7 @@
 #include "dcomm/algo/direct.hpp"
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/algo/ring.hpp"
+#include "dcomm/algo/single_copy.hpp"
 #include "dcomm/bootstrap/launcher.hpp"
 #include "dcomm/bootstrap/roster.hpp"
 #include "dcomm/bootstrap/store.hpp"
@@ -355,6 +356,8 @@ class Communicator {
       config_.spin_iterations = local_size_ > cores ? 16 : 2000;
     }
 
+    DCOMM_RETURN_IF_ERROR(probe_single_copy());
+
     MeshPlan plan{std::vector<bool>(static_cast<size_t>(size)), std::vector<int>(static_cast<size_t>(size))};
     bool need_proxy = false;
     for (int p = 0; p < size; ++p) {
@@ -418,6 +421,30 @@ class Communicator {
     return {};
   }
 
+  // Single copy needs every rank on this host, over shared memory or threads, and every rank
+  // able to read every other; each rank probes its peers and the store collects the verdicts,
+  // so all ranks decide alike.
+  Status probe_single_copy() {
+    if (size_ < 2 || config_.cma_bytes == 0) return {};
+    bool ok = true;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      const PeerInfo& peer = peers_[static_cast<size_t>(p)];
+      bool same_process = peer.process_id == peers_[static_cast<size_t>(rank_)].process_id;
+      ok = ok && kinds_[static_cast<size_t>(p)] != TransportChoice::kTcp &&
+           can_read_process(peer.pid, same_process, peer.probe_addr);
+    }
+    DCOMM_RETURN_IF_ERROR(store_->set(detail::cat(prefix_, "/cma/", rank_), ok ? "1" : "0"));
+    single_copy_ = true;
+    for (int p = 0; p < size_; ++p) {
+      auto v = store_->get(detail::cat(prefix_, "/cma/", p));
+      if (!v.ok()) return v.status();
+      single_copy_ = single_copy_ && *v == "1";
+    }
+    DCOMM_LOG(kInfo, kSubsysInit, rank_, "single-copy (cross-memory attach) ", single_copy_ ? "on" : "off");
+    return {};
+  }
+
   // Prepares every link first, then connects each: see Transport::prepare.
   Status connect_peers(std::vector<int> want) {
     std::erase_if(want, [&](int p) { return p == rank_ || ports_[static_cast<size_t>(p)]; });
@@ -441,8 +468,9 @@ class Communicator {
     for (int p : want) {
       auto conn = transports_[static_cast<size_t>(p)]->connect(ctx(p));
       if (!conn.ok()) return conn.status();
-      ports_[static_cast<size_t>(p)] =
-          std::make_unique<PeerPort>(std::move(*conn), &peers_[static_cast<size_t>(p)], abort_.get(), &config_);
+      const PeerInfo& peer = peers_[static_cast<size_t>(p)];
+      ports_[static_cast<size_t>(p)] = std::make_unique<PeerPort>(std::move(*conn), &peer, abort_.get(), &config_,
+                                                                  peer.process_id == peers_[static_cast<size_t>(rank_)].process_id);
       DCOMM_LOG(kInfo, kSubsysTransport, rank_, "connected to ", peers_[static_cast<size_t>(p)].describe(), " via ",
                 transports_[static_cast<size_t>(p)]->name());
     }
@@ -510,13 +538,17 @@ class Communicator {
               to_string(d.op), " root ", d.root, d.send == d.recv ? " in place" : "");
     if (d.kind == OpKind::kAllReduce && size_ > 1 && size_ <= kDirectMaxRanks && d.count > 0 &&
         direct_fits(d.count * reducer->elem_bytes)) {
-      if (all_ports_.empty()) {  // first direct call: connect every peer once
-        std::vector<int> all(static_cast<size_t>(size_));
-        for (int p = 0; p < size_; ++p) all[static_cast<size_t>(p)] = p;
-        DCOMM_RETURN_IF_ERROR(connect_peers(all));
-        all_ports_ = port_table();
-      }
+      DCOMM_RETURN_IF_ERROR(connect_all());
       return direct_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
+    }
+    const size_t eb = reducer->elem_bytes;
+    bool single = single_copy_ && size_ > 1 && size_ <= kDirectMaxRanks &&
+                  ((d.kind == OpKind::kAllGather && d.count * eb * static_cast<size_t>(size_) >= config_.cma_bytes) ||
+                   (d.kind == OpKind::kBroadcast && d.count * eb >= config_.cma_bytes));
+    if (single && d.count > 0) {
+      DCOMM_RETURN_IF_ERROR(connect_all());
+      if (d.kind == OpKind::kAllGather) return single_copy_all_gather(all_ports_, rank_, d.send, d.recv, d.count * eb);
+      return single_copy_broadcast(all_ports_, rank_, d.root, d.send, d.recv, d.count * eb);
     }
     PeerPort* next = size_ > 1 ? ports_[static_cast<size_t>((rank_ + 1) % size_)].get() : nullptr;
     PeerPort* prev = size_ > 1 ? ports_[static_cast<size_t>((rank_ + size_ - 1) % size_)].get() : nullptr;
@@ -543,6 +575,15 @@ class Communicator {
   bool direct_fits(size_t bytes) const {
     return bytes <= std::min({config_.direct_bytes, kDirectMaxBytes, config_.slot_bytes});
   }
+  // Connects every peer once, for the algorithms that talk to all of them.
+  Status connect_all() {
+    if (!all_ports_.empty()) return {};
+    std::vector<int> all(static_cast<size_t>(size_));
+    for (int p = 0; p < size_; ++p) all[static_cast<size_t>(p)] = p;
+    DCOMM_RETURN_IF_ERROR(connect_peers(all));
+    all_ports_ = port_table();
+    return {};
+  }
   std::vector<PeerPort*> port_table() const {
     std::vector<PeerPort*> ports(static_cast<size_t>(size_));
     for (size_t p = 0; p < ports.size(); ++p) ports[p] = ports_[p].get();
@@ -564,7 +605,8 @@ class Communicator {
   std::unique_ptr<TcpTransport> tcp_;
   std::vector<Transport*> transports_;
   std::vector<std::unique_ptr<PeerPort>> ports_;
-  std::vector<PeerPort*> all_ports_;  // every peer's port, once the direct all_reduce connected them
+  std::vector<PeerPort*> all_ports_;  // every peer's port, once an all-peer algorithm connected them
+  bool single_copy_ = false;          // every rank can read every other's memory (probe_single_copy)
   int split_count_ = 0;
   Executor executor_;  // last: its worker is joined before anything it uses is destroyed
 };

@@ -69,6 +69,10 @@ struct Config {
   // over takes one FIFO (slots x slot_bytes; 4 MiB by default, so a 2-rank communicator holds
   // 4 MiB); connecting a link past the bound is an error that names this setting.
   size_t max_staging_bytes = 512u << 20;
+  // DCOMM_CMA_BYTES: all_gather and broadcast calls at least this large copy straight from the
+  // peers' buffers (cross-memory attach) when every rank is on one host and can read every
+  // other; 0 turns that off.
+  size_t cma_bytes = 64u << 10;
 
   static Result<Config> from_env() {
     Config c;
@@ -80,8 +84,9 @@ struct Config {
     auto stream = env_size("DCOMM_STREAM_BYTES", static_cast<long long>(c.stream_bytes), 0, 1LL << 50);
     auto direct = env_size("DCOMM_DIRECT_BYTES", static_cast<long long>(c.direct_bytes), 0, 16384);
     auto staging = env_size("DCOMM_MAX_STAGING_BYTES", static_cast<long long>(c.max_staging_bytes), 0, 1LL << 50);
+    auto cma = env_size("DCOMM_CMA_BYTES", static_cast<long long>(c.cma_bytes), 0, 1LL << 50);
     for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(),
-                            stream.status(), direct.status(), staging.status()})
+                            stream.status(), direct.status(), staging.status(), cma.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -91,6 +96,7 @@ struct Config {
     c.stream_bytes = static_cast<size_t>(*stream);
     c.direct_bytes = static_cast<size_t>(*direct);
     c.max_staging_bytes = static_cast<size_t>(*staging);
+    c.cma_bytes = static_cast<size_t>(*cma);
     std::string t = env_or("DCOMM_TRANSPORT", "auto");
     if (t == "auto") c.transport = TransportChoice::kAuto;
     else if (t == "inproc") c.transport = TransportChoice::kInproc;

@@ -12,14 +12,23 @@
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/wait.hpp"
+#include "dcomm/transport/cma.hpp"
 #include "dcomm/transport/transport.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
 class PeerPort {
  public:
-  PeerPort(std::unique_ptr<Connection> conn, const PeerInfo* info, const AbortState* abort, const Config* config)
-      : conn_(std::move(conn)), out_(conn_->send_fifo()), in_(conn_->recv_fifo()), info_(info), abort_(abort), config_(config) {}
+  // same_process: the peer is a thread of this process (its addresses are ours).
+  PeerPort(std::unique_ptr<Connection> conn, const PeerInfo* info, const AbortState* abort, const Config* config,
+           bool same_process)
+      : conn_(std::move(conn)),
+        out_(conn_->send_fifo()),
+        in_(conn_->recv_fifo()),
+        info_(info),
+        abort_(abort),
+        config_(config),
+        same_process_(same_process) {}
 
   const PeerInfo& info() const { return *info_; }
   Connection& connection() const { return *conn_; }
@@ -57,6 +66,13 @@ class PeerPort {
   void release_recv() {
     in_.release();
     conn_->notify();
+  }
+
+  // Copies `bytes` from address `src` in the peer's memory (single-copy paths; only used when
+  // the communicator found cross-memory attach working between every pair).
+  Status read_remote(void* dst, uint64_t src, size_t bytes) const {
+    return read_process_memory(info_->pid, same_process_, dst, src, bytes)
+        .with_context(detail::cat("single-copy read from ", info_->describe()));
   }
 
   // The slow-path conditions of a wait that is not (yet) satisfied: abort, peer gone.
@@ -115,6 +131,7 @@ class PeerPort {
   const PeerInfo* info_;
   const AbortState* abort_;
   const Config* config_;
+  bool same_process_;
 };
 
 DCOMM_NAMESPACE_END

@@ -26,6 +26,7 @@ struct PeerInfo {
   int pid = 0;
   std::string address;  // host:port this rank's mesh listener accepts on
   uint64_t process_id = 0;  // unique per process (threads as ranks share it)
+  uint64_t probe_addr = 0;  // where this process keeps its cross-memory-attach probe word
 
   std::string describe() const { return detail::cat("rank ", rank, " (host ", hostname, ", pid ", pid, ")"); }
 };
