@@ -40,11 +40,12 @@ TEST_CASE("matrix, threads as ranks, in-process transport") {
   }
 }
 
-TEST_CASE("matrix, threads as ranks, single-copy all_gather and broadcast from 1 KiB") {
+TEST_CASE("matrix, threads as ranks, the single-copy paths from 1 KiB") {
   for (int size : {2, 4}) {
     CAPTURE(size);
     Config config = test_config();
     config.cma_bytes = 1024;
+    config.cma_reduce_bytes = 1024;
     auto comms = Communicator::create_local(size, config);
     REQUIRE(comms.ok());
     std::atomic<int> failures{0};

@@ -59,10 +59,10 @@ TEST_CASE("matrix, processes over shared memory, world sizes 1, 2, 3, 4, 5, 8") 
   }
 }
 
-TEST_CASE("matrix, processes over shared memory with single-copy all_gather and broadcast from 1 KiB") {
+TEST_CASE("matrix, processes over shared memory with the single-copy paths from 1 KiB") {
   for (int size : {2, 3, 5}) {
     CAPTURE(size);
-    check_all_exit(run_local({"matrix"}, size, with(kSmall, {"DCOMM_CMA_BYTES=1K"})), 0);
+    check_all_exit(run_local({"matrix"}, size, with(kSmall, {"DCOMM_CMA_BYTES=1K", "DCOMM_CMA_REDUCE_BYTES=1K"})), 0);
   }
 }
 

@@ -1,18 +1,26 @@
-// Single-copy all_gather and broadcast between ranks of one host: each rank tells its peers
-// where its buffer is (a 16-byte descriptor through the FIFO, inline in one cache line), the
-// peers copy straight out of it (cross-memory attach, or plain memory for threads), then tell
-// the owner they are done so it may return and let its caller reuse the buffer. One copy of
-// the data instead of two through the staging FIFO; the communicator picks these for large
-// messages when every rank can read every other (see transport/cma.hpp).
+// Single-copy collectives between ranks of one host: each rank tells its peers where its
+// buffer is (a 16-byte descriptor through the FIFO, inline in one cache line), the peers copy
+// straight out of it (cross-memory attach, or plain memory for threads), then tell the owner
+// they are done so it may return and let its caller reuse the buffer. One copy of the data
+// instead of two through the staging FIFO; the communicator picks these for large messages
+// when every rank can read every other (see transport/cma.hpp).
+//
+// reduce_scatter and all_reduce: rank r owns chunk r. It reads chunk r of every peer's input
+// a tile at a time into a buffer that stays in cache and folds it into its output (every
+// chunk is computed once, by its owner, so every rank ends with the same bits). For
+// all_reduce its "done reading your input" message also says "my chunk is final, here is my
+// output", and each rank then copies the other chunks straight out of their owners' outputs.
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
+#include "dcomm/reduce/host_reducer.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
@@ -30,8 +38,8 @@ inline Status post(PeerPort* port, const void* data, size_t bytes) {
   return {};
 }
 
-// Receives a peer's descriptor and copies its buffer into dst.
-inline Status pull(PeerPort* port, void* dst, size_t bytes) {
+// Receives a peer's descriptor (its buffer's address), checking the size it offers.
+inline Result<uint64_t> take_descriptor(PeerPort* port, size_t bytes) {
   auto slot = port->acquire_recv(sizeof(BufferDescriptor));
   if (!slot.ok()) return slot.status();
   BufferDescriptor d;
@@ -40,7 +48,20 @@ inline Status pull(PeerPort* port, void* dst, size_t bytes) {
   if (d.bytes != bytes)
     return make_error(ErrorCode::kInvalidArgument, port->info().describe(), " offers ", d.bytes,
                       " bytes where this rank expects ", bytes, ": do all ranks pass the same count?");
-  return port->read_remote(dst, d.address, bytes);
+  return d.address;
+}
+
+// Receives a peer's descriptor and copies its buffer into dst.
+inline Status pull(PeerPort* port, void* dst, size_t bytes) {
+  auto address = take_descriptor(port, bytes);
+  if (!address.ok()) return address.status();
+  return port->read_remote(dst, *address, bytes);
+}
+
+inline Status post_all(const std::vector<PeerPort*>& ports, int rank, const void* data, size_t bytes) {
+  for (size_t p = 0; p < ports.size(); ++p)
+    if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(post(ports[p], data, bytes));
+  return {};
 }
 
 inline Status await_done(PeerPort* port) {
@@ -89,6 +110,104 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
   PeerPort* from_root = ports[static_cast<size_t>(root)];
   DCOMM_RETURN_IF_ERROR(detail::pull(from_root, recv, bytes));
   return detail::post(from_root, nullptr, 0);
+}
+
+// Chunks of a single-copy reduction: chunk c is [off(c), off(c+1)) of `count` elements.
+struct ChunkedBuffer {
+  size_t count;
+  int parts;
+  size_t off(int c) const {
+    size_t per = (count + static_cast<size_t>(parts) - 1) / static_cast<size_t>(parts);
+    return std::min(count, per * static_cast<size_t>(c));
+  }
+};
+
+namespace detail {
+inline constexpr size_t kTileBytes = 256 * 1024;
+
+// out[first, first+count) = this rank's input there, combined with every peer's (rank p's
+// input is at addresses[p]; this rank's own at `mine`). In place (out == mine) the own part is
+// already there. Peer tiles are read into a buffer that stays in cache.
+inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
+                         const std::vector<uint64_t>& addresses, const char* mine, char* out, size_t first,
+                         size_t count) {
+  const size_t eb = r.elem_bytes;
+  std::vector<char> tile(std::min(kTileBytes, std::max<size_t>(count * eb, 1)));
+  const size_t per_tile = tile.size() / eb;
+  for (size_t i = 0; i < count; i += per_tile) {
+    const size_t n = std::min(per_tile, count - i);
+    const size_t at = (first + i) * eb;
+    char* dst = out + at;
+    if (dst != mine + at) std::memcpy(dst, mine + at, n * eb);
+    for (int p = 0; p < static_cast<int>(ports.size()); ++p) {
+      if (p == rank) continue;
+      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->read_remote(tile.data(), addresses[static_cast<size_t>(p)] + at, n * eb));
+      r.reduce(dst, dst, tile.data(), n);
+    }
+    r.finalize(dst, n);
+  }
+  return {};
+}
+}  // namespace detail
+
+// send holds size x recv_count elements; rank r's reduced block r lands in recv.
+inline Status single_copy_reduce_scatter(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
+                                         const void* send, void* recv, size_t recv_count) {
+  const int size = static_cast<int>(ports.size());
+  const size_t eb = r.elem_bytes, total = recv_count * static_cast<size_t>(size) * eb;
+  detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(send), total};
+  DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, &mine, sizeof mine));
+  std::vector<uint64_t> inputs(static_cast<size_t>(size));
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    auto a = detail::take_descriptor(ports[static_cast<size_t>(p)], total);
+    if (!a.ok()) return a.status();
+    inputs[static_cast<size_t>(p)] = *a;
+  }
+  // Fold block `rank` into recv: addresses are shifted so block `rank` sits at offset 0.
+  const size_t shift = static_cast<size_t>(rank) * recv_count * eb;
+  for (auto& a : inputs) a += shift;
+  DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, inputs, static_cast<const char*>(send) + shift,
+                                           static_cast<char*>(recv), 0, recv_count));
+  DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, nullptr, 0));
+  for (int p = 0; p < size; ++p)
+    if (p != rank) DCOMM_RETURN_IF_ERROR(detail::await_done(ports[static_cast<size_t>(p)]));
+  return {};
+}
+
+inline Status single_copy_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r, const void* send,
+                                     void* recv, size_t count) {
+  const int size = static_cast<int>(ports.size());
+  const size_t eb = r.elem_bytes, bytes = count * eb;
+  const ChunkedBuffer chunks{count, size};
+  detail::BufferDescriptor in{reinterpret_cast<uint64_t>(send), bytes};
+  DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, &in, sizeof in));
+  std::vector<uint64_t> inputs(static_cast<size_t>(size));
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    auto a = detail::take_descriptor(ports[static_cast<size_t>(p)], bytes);
+    if (!a.ok()) return a.status();
+    inputs[static_cast<size_t>(p)] = *a;
+  }
+  // Reduce-scatter: this rank's chunk, straight from every input.
+  size_t first = chunks.off(rank), n = chunks.off(rank + 1) - first;
+  DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, inputs, static_cast<const char*>(send),
+                                           static_cast<char*>(recv), first, n));
+  // "Done with your input; my chunk is final in this output."
+  detail::BufferDescriptor out{reinterpret_cast<uint64_t>(recv), bytes};
+  DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, &out, sizeof out));
+  // All-gather: copy each owner's chunk out of its output.
+  for (int k = 1; k < size; ++k) {
+    int p = (rank + k) % size;
+    auto a = detail::take_descriptor(ports[static_cast<size_t>(p)], bytes);
+    if (!a.ok()) return a.status();
+    size_t at = chunks.off(p) * eb, len = (chunks.off(p + 1) - chunks.off(p)) * eb;
+    DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->read_remote(static_cast<char*>(recv) + at, *a + at, len));
+  }
+  DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, nullptr, 0));
+  for (int p = 0; p < size; ++p)
+    if (p != rank) DCOMM_RETURN_IF_ERROR(detail::await_done(ports[static_cast<size_t>(p)]));
+  return {};
 }
 
 DCOMM_NAMESPACE_END

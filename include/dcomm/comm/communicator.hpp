@@ -425,7 +425,7 @@ class Communicator {
   // able to read every other; each rank probes its peers and the store collects the verdicts,
   // so all ranks decide alike.
   Status probe_single_copy() {
-    if (size_ < 2 || config_.cma_bytes == 0) return {};
+    if (size_ < 2 || (config_.cma_bytes == 0 && config_.cma_reduce_bytes == 0)) return {};
     bool ok = true;
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
@@ -542,13 +542,16 @@ class Communicator {
       return direct_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
     }
     const size_t eb = reducer->elem_bytes;
-    bool single = single_copy_ && size_ > 1 && size_ <= kDirectMaxRanks &&
-                  ((d.kind == OpKind::kAllGather && d.count * eb * static_cast<size_t>(size_) >= config_.cma_bytes) ||
-                   (d.kind == OpKind::kBroadcast && d.count * eb >= config_.cma_bytes));
-    if (single && d.count > 0) {
+    const size_t call_bytes = d.count * eb *
+                              (d.kind == OpKind::kAllGather || d.kind == OpKind::kReduceScatter ? static_cast<size_t>(size_) : 1);
+    if (single_copy_ && size_ > 1 && size_ <= kDirectMaxRanks && d.count > 0 && use_single_copy(d.kind, call_bytes)) {
       DCOMM_RETURN_IF_ERROR(connect_all());
-      if (d.kind == OpKind::kAllGather) return single_copy_all_gather(all_ports_, rank_, d.send, d.recv, d.count * eb);
-      return single_copy_broadcast(all_ports_, rank_, d.root, d.send, d.recv, d.count * eb);
+      switch (d.kind) {
+        case OpKind::kAllGather: return single_copy_all_gather(all_ports_, rank_, d.send, d.recv, d.count * eb);
+        case OpKind::kBroadcast: return single_copy_broadcast(all_ports_, rank_, d.root, d.send, d.recv, d.count * eb);
+        case OpKind::kReduceScatter: return single_copy_reduce_scatter(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
+        default: return single_copy_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
+      }
     }
     PeerPort* next = size_ > 1 ? ports_[static_cast<size_t>((rank_ + 1) % size_)].get() : nullptr;
     PeerPort* prev = size_ > 1 ? ports_[static_cast<size_t>((rank_ + size_ - 1) % size_)].get() : nullptr;
@@ -575,6 +578,20 @@ class Communicator {
   bool direct_fits(size_t bytes) const {
     return bytes <= std::min({config_.direct_bytes, kDirectMaxBytes, config_.slot_bytes});
   }
+  // Measured choice (docs/architecture.md): all_gather and broadcast copy straight from the
+  // peers from DCOMM_CMA_BYTES up; all_reduce from DCOMM_CMA_REDUCE_BYTES up to the streaming
+  // threshold, past which the FIFO ring with streaming stores moves less memory than the
+  // kernel's copy; reduce_scatter and reduce keep the ring, which measured as fast or faster.
+  bool use_single_copy(OpKind kind, size_t bytes) const {
+    switch (kind) {
+      case OpKind::kAllGather:
+      case OpKind::kBroadcast: return config_.cma_bytes && bytes >= config_.cma_bytes;
+      case OpKind::kAllReduce:
+        return config_.cma_reduce_bytes && bytes >= config_.cma_reduce_bytes && bytes < config_.stream_bytes;
+      default: return false;
+    }
+  }
+
   // Connects every peer once, for the algorithms that talk to all of them.
   Status connect_all() {
     if (!all_ports_.empty()) return {};

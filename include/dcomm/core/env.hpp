@@ -73,6 +73,9 @@ struct Config {
   // peers' buffers (cross-memory attach) when every rank is on one host and can read every
   // other; 0 turns that off.
   size_t cma_bytes = 64u << 10;
+  // DCOMM_CMA_REDUCE_BYTES: all_reduce calls from this size up to stream_bytes reduce straight
+  // from the peers' inputs (single copy); 0 turns that off.
+  size_t cma_reduce_bytes = 1u << 20;
 
   static Result<Config> from_env() {
     Config c;
@@ -85,8 +88,9 @@ struct Config {
     auto direct = env_size("DCOMM_DIRECT_BYTES", static_cast<long long>(c.direct_bytes), 0, 16384);
     auto staging = env_size("DCOMM_MAX_STAGING_BYTES", static_cast<long long>(c.max_staging_bytes), 0, 1LL << 50);
     auto cma = env_size("DCOMM_CMA_BYTES", static_cast<long long>(c.cma_bytes), 0, 1LL << 50);
+    auto cma_reduce = env_size("DCOMM_CMA_REDUCE_BYTES", static_cast<long long>(c.cma_reduce_bytes), 0, 1LL << 50);
     for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(),
-                            stream.status(), direct.status(), staging.status(), cma.status()})
+                            stream.status(), direct.status(), staging.status(), cma.status(), cma_reduce.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -97,6 +101,7 @@ struct Config {
     c.direct_bytes = static_cast<size_t>(*direct);
     c.max_staging_bytes = static_cast<size_t>(*staging);
     c.cma_bytes = static_cast<size_t>(*cma);
+    c.cma_reduce_bytes = static_cast<size_t>(*cma_reduce);
     std::string t = env_or("DCOMM_TRANSPORT", "auto");
     if (t == "auto") c.transport = TransportChoice::kAuto;
     else if (t == "inproc") c.transport = TransportChoice::kInproc;
