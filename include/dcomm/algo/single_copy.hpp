@@ -51,13 +51,6 @@ inline Result<uint64_t> take_descriptor(PeerPort* port, size_t bytes) {
   return d.address;
 }
 
-// Receives a peer's descriptor and copies its buffer into dst.
-inline Status pull(PeerPort* port, void* dst, size_t bytes) {
-  auto address = take_descriptor(port, bytes);
-  if (!address.ok()) return address.status();
-  return port->read_remote(dst, *address, bytes);
-}
-
 inline Status post_all(const std::vector<PeerPort*>& ports, int rank, const void* data, size_t bytes) {
   for (size_t p = 0; p < ports.size(); ++p)
     if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(post(ports[p], data, bytes));
@@ -70,6 +63,29 @@ inline Status await_done(PeerPort* port) {
   port->release_recv();
   return {};
 }
+
+// Tells every peer where this rank's `bytes`-long buffer is and learns where theirs are.
+inline Result<std::vector<uint64_t>> swap_addresses(const std::vector<PeerPort*>& ports, int rank, const void* mine,
+                                                    size_t bytes) {
+  BufferDescriptor d{reinterpret_cast<uint64_t>(mine), bytes};
+  DCOMM_RETURN_IF_ERROR(post_all(ports, rank, &d, sizeof d));
+  std::vector<uint64_t> addresses(ports.size());
+  for (size_t p = 0; p < ports.size(); ++p) {
+    if (static_cast<int>(p) == rank) continue;
+    auto a = take_descriptor(ports[p], bytes);
+    if (!a.ok()) return a.status();
+    addresses[p] = *a;
+  }
+  return addresses;
+}
+
+// Tells every peer this rank is done with their buffers, and waits until they are with ours.
+inline Status finish(const std::vector<PeerPort*>& ports, int rank) {
+  DCOMM_RETURN_IF_ERROR(post_all(ports, rank, nullptr, 0));
+  for (size_t p = 0; p < ports.size(); ++p)
+    if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(await_done(ports[p]));
+  return {};
+}
 }  // namespace detail
 
 // ports[p]: the port to rank p (null for this rank). recv holds size x bytes_per_rank.
@@ -77,21 +93,16 @@ inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int ra
                                      size_t bytes_per_rank) {
   const int size = static_cast<int>(ports.size());
   char* out = static_cast<char*>(recv);
-  detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(send), bytes_per_rank};
-  for (int p = 0; p < size; ++p)
-    if (p != rank) DCOMM_RETURN_IF_ERROR(detail::post(ports[static_cast<size_t>(p)], &mine, sizeof mine));
+  auto sources = detail::swap_addresses(ports, rank, send, bytes_per_rank);
+  if (!sources.ok()) return sources.status();
   // Read the peers in ring order from the next rank on, so they are not all read at once.
   for (int k = 1; k < size; ++k) {
-    int p = (rank + k) % size;
-    DCOMM_RETURN_IF_ERROR(detail::pull(ports[static_cast<size_t>(p)], out + static_cast<size_t>(p) * bytes_per_rank, bytes_per_rank));
+    size_t p = static_cast<size_t>((rank + k) % size);
+    DCOMM_RETURN_IF_ERROR(ports[p]->read_remote(out + p * bytes_per_rank, (*sources)[p], bytes_per_rank));
   }
   char* own = out + static_cast<size_t>(rank) * bytes_per_rank;
   if (own != send && bytes_per_rank) std::memcpy(own, send, bytes_per_rank);
-  for (int p = 0; p < size; ++p)
-    if (p != rank) DCOMM_RETURN_IF_ERROR(detail::post(ports[static_cast<size_t>(p)], nullptr, 0));
-  for (int p = 0; p < size; ++p)
-    if (p != rank) DCOMM_RETURN_IF_ERROR(detail::await_done(ports[static_cast<size_t>(p)]));
-  return {};
+  return detail::finish(ports, rank);
 }
 
 // Every rank copies the root's buffer; the root waits until all have.
@@ -108,7 +119,9 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
     return {};
   }
   PeerPort* from_root = ports[static_cast<size_t>(root)];
-  DCOMM_RETURN_IF_ERROR(detail::pull(from_root, recv, bytes));
+  auto source = detail::take_descriptor(from_root, bytes);
+  if (!source.ok()) return source.status();
+  DCOMM_RETURN_IF_ERROR(from_root->read_remote(recv, *source, bytes));
   return detail::post(from_root, nullptr, 0);
 }
 
@@ -153,26 +166,15 @@ inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Re
 // send holds size x recv_count elements; rank r's reduced block r lands in recv.
 inline Status single_copy_reduce_scatter(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
                                          const void* send, void* recv, size_t recv_count) {
-  const int size = static_cast<int>(ports.size());
-  const size_t eb = r.elem_bytes, total = recv_count * static_cast<size_t>(size) * eb;
-  detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(send), total};
-  DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, &mine, sizeof mine));
-  std::vector<uint64_t> inputs(static_cast<size_t>(size));
-  for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
-    auto a = detail::take_descriptor(ports[static_cast<size_t>(p)], total);
-    if (!a.ok()) return a.status();
-    inputs[static_cast<size_t>(p)] = *a;
-  }
+  const size_t eb = r.elem_bytes, total = recv_count * ports.size() * eb;
+  auto inputs = detail::swap_addresses(ports, rank, send, total);
+  if (!inputs.ok()) return inputs.status();
   // Fold block `rank` into recv: addresses are shifted so block `rank` sits at offset 0.
   const size_t shift = static_cast<size_t>(rank) * recv_count * eb;
-  for (auto& a : inputs) a += shift;
-  DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, inputs, static_cast<const char*>(send) + shift,
+  for (auto& a : *inputs) a += shift;
+  DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *inputs, static_cast<const char*>(send) + shift,
                                            static_cast<char*>(recv), 0, recv_count));
-  DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, nullptr, 0));
-  for (int p = 0; p < size; ++p)
-    if (p != rank) DCOMM_RETURN_IF_ERROR(detail::await_done(ports[static_cast<size_t>(p)]));
-  return {};
+  return detail::finish(ports, rank);
 }
 
 inline Status single_copy_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r, const void* send,
@@ -180,34 +182,22 @@ inline Status single_copy_all_reduce(const std::vector<PeerPort*>& ports, int ra
   const int size = static_cast<int>(ports.size());
   const size_t eb = r.elem_bytes, bytes = count * eb;
   const ChunkedBuffer chunks{count, size};
-  detail::BufferDescriptor in{reinterpret_cast<uint64_t>(send), bytes};
-  DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, &in, sizeof in));
-  std::vector<uint64_t> inputs(static_cast<size_t>(size));
-  for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
-    auto a = detail::take_descriptor(ports[static_cast<size_t>(p)], bytes);
-    if (!a.ok()) return a.status();
-    inputs[static_cast<size_t>(p)] = *a;
-  }
+  auto inputs = detail::swap_addresses(ports, rank, send, bytes);
+  if (!inputs.ok()) return inputs.status();
   // Reduce-scatter: this rank's chunk, straight from every input.
   size_t first = chunks.off(rank), n = chunks.off(rank + 1) - first;
-  DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, inputs, static_cast<const char*>(send),
+  DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *inputs, static_cast<const char*>(send),
                                            static_cast<char*>(recv), first, n));
-  // "Done with your input; my chunk is final in this output."
-  detail::BufferDescriptor out{reinterpret_cast<uint64_t>(recv), bytes};
-  DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, &out, sizeof out));
+  // "Done with your input; my chunk is final in this output" (the second swap says both).
+  auto outputs = detail::swap_addresses(ports, rank, recv, bytes);
+  if (!outputs.ok()) return outputs.status();
   // All-gather: copy each owner's chunk out of its output.
   for (int k = 1; k < size; ++k) {
     int p = (rank + k) % size;
-    auto a = detail::take_descriptor(ports[static_cast<size_t>(p)], bytes);
-    if (!a.ok()) return a.status();
     size_t at = chunks.off(p) * eb, len = (chunks.off(p + 1) - chunks.off(p)) * eb;
-    DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->read_remote(static_cast<char*>(recv) + at, *a + at, len));
+    DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->read_remote(static_cast<char*>(recv) + at, (*outputs)[static_cast<size_t>(p)] + at, len));
   }
-  DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, nullptr, 0));
-  for (int p = 0; p < size; ++p)
-    if (p != rank) DCOMM_RETURN_IF_ERROR(detail::await_done(ports[static_cast<size_t>(p)]));
-  return {};
+  return detail::finish(ports, rank);
 }
 
 DCOMM_NAMESPACE_END
