@@ -3,6 +3,7 @@
 // must stay valid until wait() returns or test() says done.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -78,7 +79,11 @@ class Executor {
  public:
   ~Executor() { shutdown(); }
 
-  Status run_blocking(std::function<Status()> fn) {
+  template <class F>
+  Status run_blocking(F&& fn) {
+    // No asynchronous call was ever made: the calling thread is the only one that runs
+    // operations (one thread drives a communicator at a time), so no lock is needed.
+    if (!worker_started_.load(std::memory_order_acquire)) return fn();
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (queue_.empty() && !busy_) {
@@ -91,7 +96,7 @@ class Executor {
         return s;
       }
     }
-    return submit(std::move(fn)).wait();
+    return submit(std::function<Status()>(std::forward<F>(fn))).wait();
   }
 
   Work submit(std::function<Status()> fn) {
@@ -99,7 +104,10 @@ class Executor {
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back({std::move(fn), state});
-      if (!worker_.joinable()) worker_ = std::thread([this] { loop(); });
+      if (!worker_.joinable()) {
+        worker_ = std::thread([this] { loop(); });
+        worker_started_.store(true, std::memory_order_release);
+      }
     }
     cv_.notify_all();
     return Work(state);
@@ -141,6 +149,7 @@ class Executor {
   std::deque<Item> queue_;
   bool busy_ = false;
   bool stop_ = false;
+  std::atomic<bool> worker_started_{false};
   std::thread worker_;
 };
 
