@@ -28,6 +28,7 @@ namespace detail {
 struct BufferDescriptor {
   uint64_t address;
   uint64_t bytes;
+  uint64_t split = 0;  // broadcast: where the receivers stop reading (the root writes the rest)
 };
 
 inline Status post(PeerPort* port, const void* data, size_t bytes) {
@@ -39,7 +40,7 @@ inline Status post(PeerPort* port, const void* data, size_t bytes) {
 }
 
 // Receives a peer's descriptor (its buffer's address), checking the size it offers.
-inline Result<uint64_t> take_descriptor(PeerPort* port, size_t bytes) {
+inline Result<BufferDescriptor> take_descriptor(PeerPort* port, size_t bytes) {
   auto slot = port->acquire_recv(sizeof(BufferDescriptor));
   if (!slot.ok()) return slot.status();
   BufferDescriptor d;
@@ -48,7 +49,7 @@ inline Result<uint64_t> take_descriptor(PeerPort* port, size_t bytes) {
   if (d.bytes != bytes)
     return make_error(ErrorCode::kInvalidArgument, port->info().describe(), " offers ", d.bytes,
                       " bytes where this rank expects ", bytes, ": do all ranks pass the same count?");
-  return d.address;
+  return d;
 }
 
 inline Status post_all(const std::vector<PeerPort*>& ports, int rank, const void* data, size_t bytes) {
@@ -74,7 +75,7 @@ inline Result<std::vector<uint64_t>> swap_addresses(const std::vector<PeerPort*>
     if (static_cast<int>(p) == rank) continue;
     auto a = take_descriptor(ports[p], bytes);
     if (!a.ok()) return a.status();
-    addresses[p] = *a;
+    addresses[p] = a->address;
   }
   return addresses;
 }
@@ -105,24 +106,40 @@ inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int ra
   return detail::finish(ports, rank);
 }
 
-// Every rank copies the root's buffer; the root waits until all have.
+// Every rank copies the root's buffer. In place the root has nothing else to do, so it writes
+// the tail into the receivers while they read the head: each receiver reads (n-1)/n and the
+// root writes 1/n into each, which balances the root's n-1 writes against one read. Out of
+// place the root's own copy already takes as long as a receiver's read, so it does not help.
+// Each side then says it is done and waits for the other.
 inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int rank, int root, const void* send,
                                     void* recv, size_t bytes) {
   const int size = static_cast<int>(ports.size());
   if (rank == root) {
-    detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(send), bytes};
-    for (int p = 0; p < size; ++p)
-      if (p != rank) DCOMM_RETURN_IF_ERROR(detail::post(ports[static_cast<size_t>(p)], &mine, sizeof mine));
+    const size_t split =
+        send == recv ? (bytes / static_cast<size_t>(size) * static_cast<size_t>(size - 1)) & ~size_t{63} : bytes;
+    detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(send), bytes, split};
+    DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, &mine, sizeof mine));
     if (recv != send && bytes) std::memcpy(recv, send, bytes);
-    for (int p = 0; p < size; ++p)
-      if (p != rank) DCOMM_RETURN_IF_ERROR(detail::await_done(ports[static_cast<size_t>(p)]));
-    return {};
+    for (int p = 0; p < size && split < bytes; ++p) {
+      if (p == rank) continue;
+      auto target = detail::take_descriptor(ports[static_cast<size_t>(p)], bytes);
+      if (!target.ok()) return target.status();
+      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->write_remote(target->address + split,
+                                                                       static_cast<const char*>(send) + split, bytes - split));
+    }
+    return detail::finish(ports, rank);
   }
   PeerPort* from_root = ports[static_cast<size_t>(root)];
   auto source = detail::take_descriptor(from_root, bytes);
   if (!source.ok()) return source.status();
-  DCOMM_RETURN_IF_ERROR(from_root->read_remote(recv, *source, bytes));
-  return detail::post(from_root, nullptr, 0);
+  if (source->split > bytes) return make_error(ErrorCode::kInternal, "broadcast: root sent split ", source->split);
+  if (source->split < bytes) {  // the root writes the tail: tell it where
+    detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(recv), bytes};
+    DCOMM_RETURN_IF_ERROR(detail::post(from_root, &mine, sizeof mine));
+  }
+  DCOMM_RETURN_IF_ERROR(from_root->read_remote(recv, source->address, source->split));
+  DCOMM_RETURN_IF_ERROR(detail::post(from_root, nullptr, 0));
+  return detail::await_done(from_root);
 }
 
 // Chunks of a single-copy reduction: chunk c is [off(c), off(c+1)) of `count` elements.

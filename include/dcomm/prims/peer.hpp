@@ -75,6 +75,12 @@ class PeerPort {
         .with_context(detail::cat("single-copy read from ", info_->describe()));
   }
 
+  // Copies `bytes` from `src` here to address `dst` in the peer's memory (same conditions).
+  Status write_remote(uint64_t dst, const void* src, size_t bytes) const {
+    return write_process_memory(info_->pid, same_process_, dst, src, bytes)
+        .with_context(detail::cat("single-copy write to ", info_->describe()));
+  }
+
   // The slow-path conditions of a wait that is not (yet) satisfied: abort, peer gone.
   Status check_alive(bool sending) const {
     if (abort_->aborted()) return abort_->status();

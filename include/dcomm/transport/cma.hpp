@@ -48,6 +48,28 @@ inline Status read_process_memory(int pid, bool same_process, void* dst, uint64_
   return {};
 }
 
+// Copies `bytes` from `src` here to address `dst` in process `pid` (or this process).
+inline Status write_process_memory(int pid, bool same_process, uint64_t dst, const void* src, size_t bytes) {
+  if (same_process) {
+    if (bytes) std::memmove(reinterpret_cast<void*>(dst), src, bytes);
+    return {};
+  }
+  const char* in = static_cast<const char*>(src);
+  while (bytes > 0) {
+    size_t n = bytes < (size_t{1} << 30) ? bytes : (size_t{1} << 30);
+    iovec local{const_cast<char*>(in), n};
+    iovec remote{reinterpret_cast<void*>(dst), n};
+    ssize_t put = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (put <= 0) {
+      if (put < 0 && errno == EINTR) continue;
+      return make_error(ErrorCode::kPeerFailure, "writing ", n, " bytes to pid ", pid,
+                        " with process_vm_writev failed: ", put < 0 ? std::strerror(errno) : "nothing written");
+    }
+    in += put, dst += static_cast<uint64_t>(put), bytes -= static_cast<size_t>(put);
+  }
+  return {};
+}
+
 // Whether this process can read process `pid`'s probe word at `probe_addr`.
 inline bool can_read_process(int pid, bool same_process, uint64_t probe_addr) {
   uint64_t word = 0;
