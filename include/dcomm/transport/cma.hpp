@@ -26,26 +26,34 @@ inline const volatile uint64_t& cma_probe_word() {
 }
 }  // namespace detail
 
+namespace detail {
+// Moves `bytes` between `local` here and `remote` in process `pid` with process_vm_readv or
+// process_vm_writev (`call`), looping over partial transfers.
+template <class Call>
+Status cross_memory(int pid, char* local, uint64_t remote, size_t bytes, const char* what, Call call) {
+  while (bytes > 0) {
+    size_t n = bytes < (size_t{1} << 30) ? bytes : (size_t{1} << 30);
+    iovec l{local, n};
+    iovec r{reinterpret_cast<void*>(remote), n};
+    ssize_t moved = call(pid, &l, 1, &r, 1, 0);
+    if (moved <= 0) {
+      if (moved < 0 && errno == EINTR) continue;
+      return make_error(ErrorCode::kPeerFailure, what, " ", n, " bytes of pid ", pid, " failed: ",
+                        moved < 0 ? std::strerror(errno) : "nothing moved");
+    }
+    local += moved, remote += static_cast<uint64_t>(moved), bytes -= static_cast<size_t>(moved);
+  }
+  return {};
+}
+}  // namespace detail
+
 // Copies `bytes` from address `src` in process `pid` (or this process when same_process).
 inline Status read_process_memory(int pid, bool same_process, void* dst, uint64_t src, size_t bytes) {
   if (same_process) {
     if (bytes) std::memmove(dst, reinterpret_cast<const void*>(src), bytes);
     return {};
   }
-  char* out = static_cast<char*>(dst);
-  while (bytes > 0) {
-    size_t n = bytes < (size_t{1} << 30) ? bytes : (size_t{1} << 30);
-    iovec local{out, n};
-    iovec remote{reinterpret_cast<void*>(src), n};
-    ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (got <= 0) {
-      if (got < 0 && errno == EINTR) continue;
-      return make_error(ErrorCode::kPeerFailure, "reading ", n, " bytes from pid ", pid,
-                        " with process_vm_readv failed: ", got < 0 ? std::strerror(errno) : "nothing read");
-    }
-    out += got, src += static_cast<uint64_t>(got), bytes -= static_cast<size_t>(got);
-  }
-  return {};
+  return detail::cross_memory(pid, static_cast<char*>(dst), src, bytes, "process_vm_readv of", process_vm_readv);
 }
 
 // Copies `bytes` from `src` here to address `dst` in process `pid` (or this process).
@@ -54,20 +62,8 @@ inline Status write_process_memory(int pid, bool same_process, uint64_t dst, con
     if (bytes) std::memmove(reinterpret_cast<void*>(dst), src, bytes);
     return {};
   }
-  const char* in = static_cast<const char*>(src);
-  while (bytes > 0) {
-    size_t n = bytes < (size_t{1} << 30) ? bytes : (size_t{1} << 30);
-    iovec local{const_cast<char*>(in), n};
-    iovec remote{reinterpret_cast<void*>(dst), n};
-    ssize_t put = process_vm_writev(pid, &local, 1, &remote, 1, 0);
-    if (put <= 0) {
-      if (put < 0 && errno == EINTR) continue;
-      return make_error(ErrorCode::kPeerFailure, "writing ", n, " bytes to pid ", pid,
-                        " with process_vm_writev failed: ", put < 0 ? std::strerror(errno) : "nothing written");
-    }
-    in += put, dst += static_cast<uint64_t>(put), bytes -= static_cast<size_t>(put);
-  }
-  return {};
+  return detail::cross_memory(pid, const_cast<char*>(static_cast<const char*>(src)), dst, bytes,
+                              "process_vm_writev of", process_vm_writev);
 }
 
 // Whether this process can read process `pid`'s probe word at `probe_addr`.
