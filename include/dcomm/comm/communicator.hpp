@@ -36,6 +36,7 @@
 #include "dcomm/bootstrap/launcher.hpp"
 #include "dcomm/bootstrap/roster.hpp"
 #include "dcomm/bootstrap/store.hpp"
+#include "dcomm/comm/algorithm_choice.hpp"
 #include "dcomm/comm/op.hpp"
 #include "dcomm/comm/work.hpp"
 #include "dcomm/core/config.hpp"
@@ -534,18 +535,14 @@ class Communicator {
     }
     auto reducer = make_host_reducer(d.type, d.op, size_);
     if (!reducer.ok()) return reducer.status();
-    DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
-              to_string(d.op), " root ", d.root, d.send == d.recv ? " in place" : "");
-    if (d.kind == OpKind::kAllReduce && size_ > 1 && size_ <= kDirectMaxRanks && d.count > 0 &&
-        direct_fits(d.count * reducer->elem_bytes)) {
-      DCOMM_RETURN_IF_ERROR(connect_all());
-      return direct_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
-    }
     const size_t eb = reducer->elem_bytes;
-    const size_t call_bytes = d.count * eb *
-                              (d.kind == OpKind::kAllGather || d.kind == OpKind::kReduceScatter ? static_cast<size_t>(size_) : 1);
-    if (single_copy_ && size_ > 1 && size_ <= kDirectMaxRanks && d.count > 0 && use_single_copy(d.kind, call_bytes)) {
+    const CallShape shape{d.kind, d.count, eb, size_, d.send == d.recv};
+    const Algorithm algorithm = choose_algorithm(shape, config_, single_copy_);
+    DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
+              to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(algorithm));
+    if (algorithm != Algorithm::kRing) {
       DCOMM_RETURN_IF_ERROR(connect_all());
+      if (algorithm == Algorithm::kDirect) return direct_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
       switch (d.kind) {
         case OpKind::kAllGather: return single_copy_all_gather(all_ports_, rank_, d.send, d.recv, d.count * eb);
         case OpKind::kBroadcast: return single_copy_broadcast(all_ports_, rank_, d.root, d.send, d.recv, d.count * eb);
@@ -555,12 +552,7 @@ class Communicator {
     }
     PeerPort* next = size_ > 1 ? ports_[static_cast<size_t>((rank_ + 1) % size_)].get() : nullptr;
     PeerPort* prev = size_ > 1 ? ports_[static_cast<size_t>((rank_ + size_ - 1) % size_)].get() : nullptr;
-    // Streaming stores pay off for a large output that is not also the input (in place, the
-    // lines are in cache already and streaming would only evict them).
-    size_t out_bytes = d.count * reducer->elem_bytes *
-                       (d.kind == OpKind::kAllGather ? static_cast<size_t>(size_) : 1);
-    bool stream = out_bytes >= config_.stream_bytes && d.send != d.recv;
-    Primitives prims(prev, next, *reducer, stream);
+    Primitives prims(prev, next, *reducer, stream_output(shape, config_));
     RingBuffers b{static_cast<const char*>(d.send), static_cast<char*>(d.recv), d.count};
     switch (d.kind) {
       case OpKind::kAllReduce: return ring_all_reduce(prims, rank_, size_, b);
@@ -569,26 +561,6 @@ class Communicator {
       case OpKind::kBroadcast: return chain_broadcast(prims, rank_, size_, d.root, b);
       case OpKind::kReduce: return chain_reduce(prims, rank_, size_, d.root, b, *reducer);
       default: return make_error(ErrorCode::kInternal, "unhandled operation");
-    }
-  }
-
-  // The direct (one-exchange) all_reduce serves messages up to direct_bytes that fit a slot,
-  // in groups small enough that a link to every peer is cheap (it connects them all).
-  static constexpr int kDirectMaxRanks = 8;
-  bool direct_fits(size_t bytes) const {
-    return bytes <= std::min({config_.direct_bytes, kDirectMaxBytes, config_.slot_bytes});
-  }
-  // Measured choice (docs/architecture.md): all_gather and broadcast copy straight from the
-  // peers from DCOMM_CMA_BYTES up; all_reduce from DCOMM_CMA_REDUCE_BYTES up to the streaming
-  // threshold, past which the FIFO ring with streaming stores moves less memory than the
-  // kernel's copy; reduce_scatter and reduce keep the ring, which measured as fast or faster.
-  bool use_single_copy(OpKind kind, size_t bytes) const {
-    switch (kind) {
-      case OpKind::kAllGather:
-      case OpKind::kBroadcast: return config_.cma_bytes && bytes >= config_.cma_bytes;
-      case OpKind::kAllReduce:
-        return config_.cma_reduce_bytes && bytes >= config_.cma_reduce_bytes && bytes < config_.stream_bytes;
-      default: return false;
     }
   }
 
