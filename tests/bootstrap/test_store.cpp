@@ -61,3 +61,23 @@ TEST_CASE("unique id: text round trip and rejection of garbage") {
   CHECK_FALSE(UniqueId::parse("hello").ok());
   CHECK_FALSE(UniqueId::parse("dcomm1:0123456789abcdef@nohostport").ok());
 }
+
+TEST_CASE("store: a port held by another service is skipped when a span of ports is allowed") {
+  // Something that is not a dcomm store listens on port P (it never greets).
+  auto other = listen_on({"127.0.0.1", 0});
+  REQUIRE(other.ok());
+  int p = bound_port(other->fd());
+  // The server cannot have P, so it takes the next free port in the span.
+  auto server = detail::serve_store(p, 8);
+  REQUIRE(server.ok());
+  CHECK((*server)->address().port > p);
+  CHECK((*server)->address().port < p + 8);
+  auto c = StoreClient::connect({"127.0.0.1", p}, 5000ms, 8);
+  REQUIRE_MESSAGE(c.ok(), c.status().message());
+  CHECK((*c)->server_address().port == (*server)->address().port);
+  CHECK((*c)->set("k", "v").ok());
+  // Without the span, the client refuses the impostor instead of talking to it.
+  auto strict = StoreClient::connect({"127.0.0.1", p}, 300ms, 1);
+  REQUIRE_FALSE(strict.ok());
+  CHECK(strict.status().message().find("not a dcomm rendezvous store") != std::string::npos);
+}

@@ -20,19 +20,12 @@ inline Status chain_broadcast(Primitives& p, int rank, int size, int root, const
   const size_t eb = p.elem_bytes();
   const int pos = detail::mod(rank - root, size);  // 0 is the root, size-1 the chain's end
   if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
-  const size_t slice = p.slice_elems();
-  for (size_t base = 0; base < b.count; base += slice) {
-    const size_t n = std::min(slice, b.count - base);
+  return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
     char* out = at(b.recv, base, eb);
-    if (pos == 0) {
-      DCOMM_RETURN_IF_ERROR(p.copy_send(at(b.send, base, eb), out, n));
-    } else if (pos < size - 1) {
-      DCOMM_RETURN_IF_ERROR(p.recv_copy_send(out, n));
-    } else {
-      DCOMM_RETURN_IF_ERROR(p.recv(out, n));
-    }
-  }
-  return {};
+    if (pos == 0) return p.copy_send(at(b.send, base, eb), out, n);
+    if (pos < size - 1) return p.recv_copy_send(out, n);
+    return p.recv(out, n);
+  });
 }
 
 // b.recv is written on the root only.
@@ -45,15 +38,12 @@ inline Status chain_reduce(Primitives& p, int rank, int size, int root, const Ri
     r.finalize(b.recv, b.count);
     return {};
   }
-  const size_t slice = p.slice_elems();
-  for (size_t base = 0; base < b.count; base += slice) {
-    const size_t n = std::min(slice, b.count - base);
+  return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
     const char* in = at(b.send, base, eb);
-    if (pos == 0) DCOMM_RETURN_IF_ERROR(p.send(in, n));
-    else if (pos < size - 1) DCOMM_RETURN_IF_ERROR(p.recv_reduce_send(in, n));
-    else DCOMM_RETURN_IF_ERROR(p.recv_reduce_copy(in, at(b.recv, base, eb), n));
-  }
-  return {};
+    if (pos == 0) return p.send(in, n);
+    if (pos < size - 1) return p.recv_reduce_send(in, n);
+    return p.recv_reduce_copy(in, at(b.recv, base, eb), n);
+  });
 }
 
 DCOMM_NAMESPACE_END

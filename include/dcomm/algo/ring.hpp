@@ -29,6 +29,15 @@ namespace detail {
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 inline const char* at(const char* p, size_t i, size_t elem) { return p + i * elem; }
 inline char* at(char* p, size_t i, size_t elem) { return p + i * elem; }
+// Runs step(base, n) over consecutive slices [base, base+n) of `count` elements, each at most
+// what a slot holds; stops at the first error.
+template <class Step>
+Status for_each_slice(const Primitives& p, size_t count, Step step) {
+  const size_t slice = p.slice_elems();
+  for (size_t base = 0; base < count; base += slice) DCOMM_RETURN_IF_ERROR(step(base, std::min(slice, count - base)));
+  return {};
+}
+
 // What every collective does on one rank: the output is the input.
 inline Status copy_if_distinct(char* recv, const char* send, size_t bytes) {
   if (recv != send && bytes) std::memcpy(recv, send, bytes);
@@ -80,19 +89,12 @@ inline Status ring_reduce_scatter(Primitives& p, int rank, int size, const RingB
   using detail::mod;
   const size_t eb = p.elem_bytes();
   if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
-  const size_t slice = p.slice_elems();
-  for (size_t base = 0; base < b.count; base += slice) {
-    const size_t n = std::min(slice, b.count - base);
+  return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
     auto in = [&](int c) { return at(b.send, static_cast<size_t>(c) * b.count + base, eb); };
-    int c = mod(rank - 1, size);
-    DCOMM_RETURN_IF_ERROR(p.send(in(c), n));
-    for (int s = 1; s < size - 1; ++s) {
-      c = mod(rank - s - 1, size);
-      DCOMM_RETURN_IF_ERROR(p.recv_reduce_send(in(c), n));
-    }
-    DCOMM_RETURN_IF_ERROR(p.recv_reduce_copy(in(rank), at(b.recv, base, eb), n));
-  }
-  return {};
+    DCOMM_RETURN_IF_ERROR(p.send(in(mod(rank - 1, size)), n));
+    for (int s = 1; s < size - 1; ++s) DCOMM_RETURN_IF_ERROR(p.recv_reduce_send(in(mod(rank - s - 1, size)), n));
+    return p.recv_reduce_copy(in(rank), at(b.recv, base, eb), n);
+  });
 }
 
 // all_gather: rank r's send lands at recv[r*count, (r+1)*count) on every rank.
@@ -101,15 +103,12 @@ inline Status ring_all_gather(Primitives& p, int rank, int size, const RingBuffe
   using detail::mod;
   const size_t eb = p.elem_bytes();
   if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
-  const size_t slice = p.slice_elems();
-  for (size_t base = 0; base < b.count; base += slice) {
-    const size_t n = std::min(slice, b.count - base);
+  return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
     auto out = [&](int c) { return at(b.recv, static_cast<size_t>(c) * b.count + base, eb); };
     DCOMM_RETURN_IF_ERROR(p.copy_send(at(b.send, base, eb), out(rank), n));
     for (int t = 0; t < size - 2; ++t) DCOMM_RETURN_IF_ERROR(p.recv_copy_send(out(mod(rank - t - 1, size)), n));
-    DCOMM_RETURN_IF_ERROR(p.recv(out(mod(rank + 1, size)), n));
-  }
-  return {};
+    return p.recv(out(mod(rank + 1, size)), n);
+  });
 }
 
 DCOMM_NAMESPACE_END

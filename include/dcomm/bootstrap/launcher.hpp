@@ -31,17 +31,26 @@ inline ServerRegistry& server_registry() {
   return r;
 }
 
-inline Result<std::shared_ptr<StoreServer>> serve_store(int port) {
+// Serves a store on `port`, or on the first free one of port .. port + span - 1 (one this
+// process already serves in that range is reused).
+inline Result<std::shared_ptr<StoreServer>> serve_store(int port, int span = 1) {
   auto& reg = server_registry();
   std::lock_guard<std::mutex> lock(reg.mu);
   if (port != 0) {
-    auto it = reg.servers.find(port);
-    if (it != reg.servers.end()) return it->second;
+    for (int k = 0; k < span; ++k)
+      if (auto it = reg.servers.find(port + k); it != reg.servers.end()) return it->second;
   }
-  auto server = StoreServer::start({"0.0.0.0", port});
-  if (!server.ok()) return server.status();
-  reg.servers[(*server)->address().port] = *server;
-  return *server;
+  Status last;
+  for (int k = 0; k < span; ++k) {
+    auto server = StoreServer::start({"0.0.0.0", port == 0 ? 0 : port + k});
+    if (!server.ok()) {
+      last = server.status();
+      continue;
+    }
+    reg.servers[(*server)->address().port] = *server;
+    return *server;
+  }
+  return last;
 }
 
 inline uint64_t random_u64() {
@@ -109,6 +118,7 @@ struct LaunchInfo {
   int local_rank = -1;   // as the launcher says; dcomm also derives it from the hosts
   SocketAddress rendezvous;
   bool host_store = false;  // this process serves the store (rank 0 of an address rendezvous)
+  int port_span = 1;        // the store is on the first free of rendezvous.port .. + port_span - 1
   uint64_t nonce = 0;       // from a unique id; 0 for address rendezvous
 };
 
@@ -189,9 +199,12 @@ inline Result<LaunchInfo> detect_launch() {
   auto addr = detail::rendezvous_from_env(info.launcher, single_host, job_key);
   if (!addr.ok()) return addr.status();
   info.rendezvous = *addr;
-  // torchrun's agent already serves its own store on MASTER_PORT; dcomm's goes on the next port.
-  if (info.launcher == "torchrun" && env_or("DCOMM_COMM_ID").empty() && !env_or("TORCHELASTIC_USE_AGENT_STORE").empty())
+  // torchrun's agent already serves its own store on MASTER_PORT; dcomm's goes on the first
+  // free port after it (its own client sockets may hold the next one).
+  if (info.launcher == "torchrun" && env_or("DCOMM_COMM_ID").empty() && !env_or("TORCHELASTIC_USE_AGENT_STORE").empty()) {
     info.rendezvous.port += 1;
+    info.port_span = 16;
+  }
   info.host_store = info.rank == 0;
   return info;
 }

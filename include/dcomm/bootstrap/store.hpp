@@ -5,6 +5,8 @@
 // deadline.
 //
 // Wire format, all integers little-endian as on the hosts we run on:
+//   greeting: the server sends kStoreGreeting (8 bytes) on accept, so a client that reached
+//             some other service on the port knows at once
 //   request:  u8 op | u32 key_bytes | key | u64 value_bytes | value   (op: 1 set, 2 get, 3 add)
 //   reply:    get -> u64 value_bytes | value;  set -> u8 1;  add -> i64 new value
 #pragma once
@@ -13,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +31,7 @@ DCOMM_NAMESPACE_BEGIN
 
 namespace detail {
 enum StoreOp : uint8_t { kStoreSet = 1, kStoreGet = 2, kStoreAdd = 3 };
+inline constexpr char kStoreGreeting[8] = {'d', 'c', 'o', 'm', 'm', 'K', 'V', '1'};
 
 template <class T>
 void put_pod(std::string& out, T v) {
@@ -80,7 +84,9 @@ class StoreServer {
         int fd = ::accept(listener_.fd(), nullptr, nullptr);
         if (fd >= 0) {
           detail::tune_socket(fd);
-          clients_.push_back(std::make_unique<Client>(Client{Socket(fd), {}}));
+          auto client = std::make_unique<Client>(Client{Socket(fd), {}});
+          if (reply(client.get(), std::string(detail::kStoreGreeting, sizeof detail::kStoreGreeting)))
+            clients_.push_back(std::move(client));
         }
       }
       std::vector<Client*> dead;
@@ -166,11 +172,32 @@ class StoreServer {
 
 class StoreClient {
  public:
-  static Result<std::unique_ptr<StoreClient>> connect(const SocketAddress& addr, std::chrono::milliseconds timeout) {
-    auto s = connect_to(addr, Deadline(timeout));
-    if (!s.ok()) return s.status().with_context("cannot reach the rendezvous store");
-    auto c = std::unique_ptr<StoreClient>(new StoreClient(std::move(*s), addr, timeout));
-    return c;
+  // Connects to the store at addr, or, with port_span > 1, at the first of ports addr.port ..
+  // addr.port + port_span - 1 that answers with the store's greeting (a port taken by another
+  // service is skipped). Retries until the timeout: the store may not be up yet.
+  static Result<std::unique_ptr<StoreClient>> connect(const SocketAddress& addr, std::chrono::milliseconds timeout,
+                                                      int port_span = 1) {
+    Deadline deadline(timeout);
+    Status last;
+    for (;;) {
+      for (int k = 0; k < port_span; ++k) {
+        SocketAddress at{addr.host, addr.port + k};
+        auto s = connect_to(at, Deadline(std::chrono::milliseconds(port_span > 1 ? 50 : timeout.count())));
+        if (!s.ok()) {
+          last = s.status();
+          continue;
+        }
+        char hello[sizeof detail::kStoreGreeting] = {};
+        Status h = recv_all(s->fd(), hello, sizeof hello, Deadline(std::chrono::milliseconds(500)));
+        if (h.ok() && std::memcmp(hello, detail::kStoreGreeting, sizeof hello) == 0)
+          return std::unique_ptr<StoreClient>(new StoreClient(std::move(*s), at, timeout));
+        last = make_error(ErrorCode::kPeerFailure, at.to_string(), " is not a dcomm rendezvous store");
+      }
+      if (deadline.expired())
+        return last.with_context(detail::cat("cannot reach the rendezvous store at ", addr.to_string(),
+                                             port_span > 1 ? detail::cat(" (or the next ", port_span - 1, " ports)") : ""));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
 
   Status set(const std::string& key, const std::string& value) {

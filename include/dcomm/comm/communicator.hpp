@@ -81,7 +81,7 @@ class Communicator {
     if (!launch.ok()) return launch.status();
     std::shared_ptr<StoreServer> server;
     if (launch->host_store) {
-      auto s = detail::serve_store(launch->rendezvous.port);
+      auto s = detail::serve_store(launch->rendezvous.port, launch->port_span);
       if (!s.ok())
         return s.status().with_context(detail::cat(launch->launcher, " rank 0 cannot serve the rendezvous on port ",
                                                    launch->rendezvous.port, " (set DCOMM_COMM_ID=host:port to a free port)"));
@@ -89,7 +89,7 @@ class Communicator {
     }
     static std::atomic<int> env_count{0};
     std::string prefix = launch->nonce ? hex(launch->nonce) : detail::cat("env", env_count++);
-    return create(launch->rank, launch->size, launch->rendezvous, prefix, *config, server);
+    return create(launch->rank, launch->size, launch->rendezvous, prefix, *config, server, launch->port_span);
   }
 
   // NCCL style: every rank passes the same id (made by UniqueId::create on one of them).
@@ -316,19 +316,19 @@ class Communicator {
 
   static Result<std::unique_ptr<Communicator>> create(int rank, int size, const SocketAddress& rendezvous,
                                                       const std::string& prefix, const Config& config,
-                                                      std::shared_ptr<StoreServer> server) {
+                                                      std::shared_ptr<StoreServer> server, int port_span = 1) {
     if (size < 1) return invalid_argument("communicator size ", size, " must be at least 1");
     if (rank < 0 || rank >= size) return invalid_argument("rank ", rank, " is out of range for ", size, " ranks");
     std::unique_ptr<Communicator> c(new Communicator());
-    Status s = c->bootstrap(rank, size, rendezvous, prefix, config, std::move(server));
+    Status s = c->bootstrap(rank, size, rendezvous, port_span, prefix, config, std::move(server));
     if (!s.ok()) return s.with_context(detail::cat("init of rank ", rank, " of ", size));
     return c;
   }
 
-  Status bootstrap(int rank, int size, const SocketAddress& rendezvous, const std::string& prefix, const Config& config,
-                   std::shared_ptr<StoreServer> server) {
+  Status bootstrap(int rank, int size, const SocketAddress& rendezvous, int port_span, const std::string& prefix,
+                   const Config& config, std::shared_ptr<StoreServer> server) {
     rank_ = rank, size_ = size, prefix_ = prefix, config_ = config, server_ = std::move(server);
-    auto store = StoreClient::connect(rendezvous, config.timeout);
+    auto store = StoreClient::connect(rendezvous, config.timeout, port_span);
     if (!store.ok()) return store.status();
     store_ = std::move(*store);
 
