@@ -199,6 +199,9 @@ inline Result<LaunchInfo> detect_launch() {
   auto addr = detail::rendezvous_from_env(info.launcher, single_host, job_key);
   if (!addr.ok()) return addr.status();
   info.rendezvous = *addr;
+  // A port derived from the job id may be taken: rank 0 uses the first free one after it.
+  if (env_or("DCOMM_COMM_ID").empty() && (env_or("MASTER_ADDR").empty() || env_or("MASTER_PORT").empty()))
+    info.port_span = 16;
   // torchrun's agent already serves its own store on MASTER_PORT; dcomm's goes on the first
   // free port after it (its own client sockets may hold the next one).
   if (info.launcher == "torchrun" && env_or("DCOMM_COMM_ID").empty() && !env_or("TORCHELASTIC_USE_AGENT_STORE").empty()) {
