@@ -22,13 +22,8 @@ inline Status direct_all_reduce(const std::vector<PeerPort*>& ports, int rank, c
                                 void* recv, size_t count) {
   const int size = static_cast<int>(ports.size());
   const size_t bytes = count * r.elem_bytes;
-  for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
-    auto slot = ports[static_cast<size_t>(p)]->acquire_send(bytes);
-    if (!slot.ok()) return slot.status();
-    std::memcpy(*slot, send, bytes);
-    ports[static_cast<size_t>(p)]->commit_send(bytes);
-  }
+  for (int p = 0; p < size; ++p)
+    if (p != rank) DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->post(send, bytes));
   // Fold in rank order into a local buffer: in place, recv is this rank's input.
   alignas(64) char acc[kDirectMaxBytes];
   for (int p = 0; p < size; ++p) {

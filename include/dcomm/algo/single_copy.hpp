@@ -31,14 +31,6 @@ struct BufferDescriptor {
   uint64_t split = 0;  // broadcast: where the receivers stop reading (the root writes the rest)
 };
 
-inline Status post(PeerPort* port, const void* data, size_t bytes) {
-  auto slot = port->acquire_send(bytes);
-  if (!slot.ok()) return slot.status();
-  if (bytes) std::memcpy(*slot, data, bytes);
-  port->commit_send(bytes);
-  return {};
-}
-
 // Receives a peer's descriptor (its buffer's address), checking the size it offers.
 inline Result<BufferDescriptor> take_descriptor(PeerPort* port, size_t bytes) {
   auto slot = port->acquire_recv(sizeof(BufferDescriptor));
@@ -54,7 +46,7 @@ inline Result<BufferDescriptor> take_descriptor(PeerPort* port, size_t bytes) {
 
 inline Status post_all(const std::vector<PeerPort*>& ports, int rank, const void* data, size_t bytes) {
   for (size_t p = 0; p < ports.size(); ++p)
-    if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(post(ports[p], data, bytes));
+    if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(ports[p]->post(data, bytes));
   return {};
 }
 
@@ -135,10 +127,10 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
   if (source->split > bytes) return make_error(ErrorCode::kInternal, "broadcast: root sent split ", source->split);
   if (source->split < bytes) {  // the root writes the tail: tell it where
     detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(recv), bytes};
-    DCOMM_RETURN_IF_ERROR(detail::post(from_root, &mine, sizeof mine));
+    DCOMM_RETURN_IF_ERROR(from_root->post(&mine, sizeof mine));
   }
   DCOMM_RETURN_IF_ERROR(from_root->read_remote(recv, source->address, source->split));
-  DCOMM_RETURN_IF_ERROR(detail::post(from_root, nullptr, 0));
+  DCOMM_RETURN_IF_ERROR(from_root->post(nullptr, 0));
   return detail::await_done(from_root);
 }
 

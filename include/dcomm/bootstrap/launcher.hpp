@@ -132,16 +132,31 @@ inline Result<int> env_int(const char* name) {
 }
 
 // Rendezvous address for launchers that give none: DCOMM_COMM_ID, else MASTER_ADDR/PORT.
-inline Result<SocketAddress> rendezvous_from_env(const std::string& launcher, bool single_host, const std::string& job_key) {
+// Where the store is: an address, and how many ports from it rank 0 may try (1: exactly there).
+struct Rendezvous {
+  SocketAddress address;
+  int port_span = 1;
+};
+
+inline Result<Rendezvous> rendezvous_from_env(const std::string& launcher, bool single_host, const std::string& job_key) {
   std::string id = env_or("DCOMM_COMM_ID");
-  if (!id.empty()) return parse_address(id);
+  if (!id.empty()) {
+    auto a = parse_address(id);
+    if (!a.ok()) return a.status();
+    return Rendezvous{*a};
+  }
   std::string addr = env_or("MASTER_ADDR"), port = env_or("MASTER_PORT");
-  if (!addr.empty() && !port.empty()) return parse_address(addr + ":" + port);
+  if (!addr.empty() && !port.empty()) {
+    auto a = parse_address(addr + ":" + port);
+    if (!a.ok()) return a.status();
+    return Rendezvous{*a};
+  }
   if (single_host && !job_key.empty()) {
-    // Every rank of a one-host job derives the same port from the job's id.
+    // Every rank of a one-host job derives the same port from the job's id. It may be taken:
+    // rank 0 uses the first free one after it.
     uint64_t h = 1469598103934665603ull;
     for (char c : job_key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    return SocketAddress{"127.0.0.1", static_cast<int>(40000 + h % 20000)};
+    return Rendezvous{{"127.0.0.1", static_cast<int>(40000 + h % 20000)}, 16};
   }
   return invalid_argument(launcher, " launched this process but no rendezvous address is set: set DCOMM_COMM_ID=host:port "
                           "(or MASTER_ADDR and MASTER_PORT) to a free port on the host of rank 0");
@@ -196,12 +211,10 @@ inline Result<LaunchInfo> detect_launch() {
     info.nonce = id->nonce;
     return info;
   }
-  auto addr = detail::rendezvous_from_env(info.launcher, single_host, job_key);
-  if (!addr.ok()) return addr.status();
-  info.rendezvous = *addr;
-  // A port derived from the job id may be taken: rank 0 uses the first free one after it.
-  if (env_or("DCOMM_COMM_ID").empty() && (env_or("MASTER_ADDR").empty() || env_or("MASTER_PORT").empty()))
-    info.port_span = 16;
+  auto where = detail::rendezvous_from_env(info.launcher, single_host, job_key);
+  if (!where.ok()) return where.status();
+  info.rendezvous = where->address;
+  info.port_span = where->port_span;
   // torchrun's agent already serves its own store on MASTER_PORT; dcomm's goes on the first
   // free port after it (its own client sockets may hold the next one).
   if (info.launcher == "torchrun" && env_or("DCOMM_COMM_ID").empty() && !env_or("TORCHELASTIC_USE_AGENT_STORE").empty()) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <optional>
 
@@ -48,6 +49,14 @@ class PeerPort {
   void commit_send(size_t bytes) {
     out_.commit(bytes);
     conn_->notify();
+  }
+  // Sends one message of at most a slot (copied in whole).
+  Status post(const void* data, size_t bytes) {
+    auto slot = acquire_send(bytes);
+    if (!slot.ok()) return slot.status();
+    if (bytes) std::memcpy(*slot, data, bytes);
+    commit_send(bytes);
+    return {};
   }
 
   // Consumer side: the next slot's data; release_recv() hands the slot back.
