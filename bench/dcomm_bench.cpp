@@ -34,8 +34,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+enum class Coll { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kSendRecv, kAllToAll };
+
 struct Options {
   std::string coll = "all_reduce";
+  Coll kind = Coll::kAllReduce;  // coll, parsed once (no string compares inside the timing)
   int ranks = 2;
   size_t min_bytes = 32 << 20, max_bytes = 32 << 20;
   double factor = 2;
@@ -93,7 +96,9 @@ Options parse(int argc, char** argv) {
     }
   }
   static const char* kColls[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "send_recv", "all_to_all"};
-  if (std::find(std::begin(kColls), std::end(kColls), o.coll) == std::end(kColls)) usage(("unknown collective " + o.coll).c_str());
+  auto known = std::find(std::begin(kColls), std::end(kColls), o.coll);
+  if (known == std::end(kColls)) usage(("unknown collective " + o.coll).c_str());
+  o.kind = static_cast<Coll>(known - std::begin(kColls));
   if (o.ranks < 1 || o.iters < 1 || o.warmup < 0 || o.factor <= 1 || o.min_bytes > o.max_bytes) usage("bad numbers");
   return o;
 }
@@ -109,26 +114,26 @@ struct Bench {
   // (send elements, recv elements) of a call whose size column is `count` elements.
   std::pair<size_t, size_t> counts(size_t count) const {
     size_t un = static_cast<size_t>(n());
-    if (o.coll == "reduce_scatter") return {count / un * un, count / un};
-    if (o.coll == "all_gather") return {count / un, count / un * un};
-    if (o.coll == "all_to_all") return {count / un * un, count / un * un};
+    if (o.kind == Coll::kReduceScatter) return {count / un * un, count / un};
+    if (o.kind == Coll::kAllGather) return {count / un, count / un * un};
+    if (o.kind == Coll::kAllToAll) return {count / un * un, count / un * un};
     return {count, count};
   }
   double bus_factor() const {
     double nn = n();
-    if (o.coll == "all_reduce") return 2 * (nn - 1) / nn;
-    if (o.coll == "reduce_scatter" || o.coll == "all_gather" || o.coll == "all_to_all") return (nn - 1) / nn;
+    if (o.kind == Coll::kAllReduce) return 2 * (nn - 1) / nn;
+    if (o.kind == Coll::kReduceScatter || o.kind == Coll::kAllGather || o.kind == Coll::kAllToAll) return (nn - 1) / nn;
     return 1;
   }
   // In place: the output is where the collective reads its input, as nccl-tests. all_to_all
   // has no in-place form: its in-place column runs out of place again.
   void* in_ptr(bool in_place) {
-    if (!in_place || o.coll == "all_to_all") return send.data();
-    if (o.coll == "all_gather") return recv.data() + static_cast<size_t>(c.rank()) * counts(cur_count).first * eb;
+    if (!in_place || o.kind == Coll::kAllToAll) return send.data();
+    if (o.kind == Coll::kAllGather) return recv.data() + static_cast<size_t>(c.rank()) * counts(cur_count).first * eb;
     return recv.data();
   }
   void* out_ptr(bool in_place) {
-    if (in_place && o.coll == "reduce_scatter") return recv.data() + static_cast<size_t>(c.rank()) * counts(cur_count).second * eb;
+    if (in_place && o.kind == Coll::kReduceScatter) return recv.data() + static_cast<size_t>(c.rank()) * counts(cur_count).second * eb;
     return recv.data();
   }
   size_t cur_count = 0;
@@ -137,12 +142,12 @@ struct Bench {
     auto [sc, rc] = counts(cur_count);
     const void* in = in_ptr(in_place);
     void* out = out_ptr(in_place);
-    if (o.coll == "all_reduce") return c.all_reduce(in, out, sc, o.type, o.op);
-    if (o.coll == "reduce_scatter") return c.reduce_scatter(in, out, rc, o.type, o.op);
-    if (o.coll == "all_gather") return c.all_gather(in, out, sc, o.type);
-    if (o.coll == "broadcast") return c.broadcast(in, out, sc, o.type, o.root);
-    if (o.coll == "reduce") return c.reduce(in, out, sc, o.type, o.op, o.root);
-    if (o.coll == "send_recv")
+    if (o.kind == Coll::kAllReduce) return c.all_reduce(in, out, sc, o.type, o.op);
+    if (o.kind == Coll::kReduceScatter) return c.reduce_scatter(in, out, rc, o.type, o.op);
+    if (o.kind == Coll::kAllGather) return c.all_gather(in, out, sc, o.type);
+    if (o.kind == Coll::kBroadcast) return c.broadcast(in, out, sc, o.type, o.root);
+    if (o.kind == Coll::kReduce) return c.reduce(in, out, sc, o.type, o.op, o.root);
+    if (o.kind == Coll::kSendRecv)
       return c.send_recv(in, sc, (c.rank() + 1) % n(), out, rc, (c.rank() + n() - 1) % n(), o.type);
     size_t per = sc / static_cast<size_t>(n());  // all_to_all through one p2p batch
     std::vector<P2POp> ops;
@@ -167,15 +172,15 @@ struct Bench {
       size_t un = static_cast<size_t>(n());
       int64_t wrong = 0;
       auto expect = [&](size_t i) -> T {
-        if (o.coll == "all_reduce" || o.coll == "reduce") return expected_reduction<T>(o.type, o.op, n(), i);
-        if (o.coll == "reduce_scatter") return expected_reduction<T>(o.type, o.op, n(), static_cast<size_t>(r) * rc + i);
-        if (o.coll == "all_gather") return from_int<T>(input_value(o.type, o.op, static_cast<int>(i / sc), i % sc));
-        if (o.coll == "broadcast") return from_int<T>(input_value(o.type, o.op, o.root, i));
-        if (o.coll == "send_recv") return from_int<T>(input_value(o.type, o.op, (r + n() - 1) % n(), i));
+        if (o.kind == Coll::kAllReduce || o.kind == Coll::kReduce) return expected_reduction<T>(o.type, o.op, n(), i);
+        if (o.kind == Coll::kReduceScatter) return expected_reduction<T>(o.type, o.op, n(), static_cast<size_t>(r) * rc + i);
+        if (o.kind == Coll::kAllGather) return from_int<T>(input_value(o.type, o.op, static_cast<int>(i / sc), i % sc));
+        if (o.kind == Coll::kBroadcast) return from_int<T>(input_value(o.type, o.op, o.root, i));
+        if (o.kind == Coll::kSendRecv) return from_int<T>(input_value(o.type, o.op, (r + n() - 1) % n(), i));
         size_t per = sc / un;  // all_to_all: block p came from rank p, its block r
         return from_int<T>(input_value(o.type, o.op, static_cast<int>(i / per), static_cast<size_t>(r) * per + i % per));
       };
-      size_t out_count = (o.coll == "reduce" && r != o.root) ? 0 : rc;
+      size_t out_count = (o.kind == Coll::kReduce && r != o.root) ? 0 : rc;
       for (size_t i = 0; i < out_count; ++i) wrong += !same_bits(out[i], expect(i));
       return wrong;
     });
@@ -235,7 +240,7 @@ int run_rank(const Options& o) {
     if (c.rank() == 0) {
       double size_b = static_cast<double>(shown * eb);
       std::printf("  %10zu %12zu %8s %6s %6d", shown * eb, shown, to_string(o.type), to_string(o.op),
-                  (o.coll == "broadcast" || o.coll == "reduce") ? o.root : -1);
+                  (o.kind == Coll::kBroadcast || o.kind == Coll::kReduce) ? o.root : -1);
       for (int k = 0; k < 2; ++k) {
         double algbw = size_b / us[k] / 1e3;
         std::printf("  %9.2f %7.2f %7.2f %6lld", us[k], algbw, algbw * b.bus_factor(), static_cast<long long>(wrong[k]));

@@ -106,7 +106,9 @@ def main():
     times = {s: {} for s in systems}
     for _ in range(a.r):
         for lo, hi, iters, warm in PASSES:
-            hi = hi or a.e
+            hi = a.e if hi is None or to_bytes(hi) > to_bytes(a.e) else hi
+            if to_bytes(lo) > to_bytes(hi):
+                continue
             for s in systems:
                 got = run_dcomm(a, lo, hi, iters, warm) if s == "dcomm" else run_peer(s, a, lo, hi, iters, warm)
                 for size, t in got.items():
@@ -132,6 +134,11 @@ def main():
                   open(a.json, "w"), indent=1)
     if a.png:
         plot(a, systems, sizes, busbw)
+
+
+def to_bytes(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
 def human(z):

@@ -61,20 +61,27 @@ class PeerPort {
 
   // Consumer side: the next slot's data; release_recv() hands the slot back.
   Result<const char*> acquire_recv(size_t expected_bytes) {
-    DCOMM_RETURN_IF_ERROR(wait([this] { return in_.readable(); }, /*sending=*/false));
+    DCOMM_RETURN_IF_ERROR(wait([this] { return in_.ready(recv_head_); }, /*sending=*/false));
     return checked_slot(expected_bytes);
   }
   // False when nothing has arrived; an error slot size is reported through *status.
   bool try_acquire_recv(size_t expected_bytes, const char** slot, Status* status) const {
-    if (!in_.readable()) return false;
+    if (!in_.ready(recv_head_)) return false;
     auto r = checked_slot(expected_bytes);
     if (!r.ok()) *status = r.status();
     else *slot = *r;
     return true;
   }
+  // Hands the slot back. The consumer's `head` is a cache line the producer reads, so it is
+  // published in batches (half the ring) while more data is already waiting, and at once when
+  // the consumer has caught up or a proxy thread is the producer.
   void release_recv() {
-    in_.release();
-    conn_->notify();
+    ++recv_head_;
+    if (recv_head_ - published_head_ >= in_.slots() / 2 || conn_->proxied() || !in_.ready(recv_head_)) {
+      in_.publish_head(recv_head_);
+      published_head_ = recv_head_;
+      conn_->notify();
+    }
   }
 
   // Copies `bytes` from address `src` in the peer's memory (single-copy paths; only used when
@@ -93,7 +100,7 @@ class PeerPort {
   // The slow-path conditions of a wait that is not (yet) satisfied: abort, peer gone.
   Status check_alive(bool sending) const {
     if (abort_->aborted()) return abort_->status();
-    if (sending ? out_.consumer_closed() : (in_.producer_closed() && !in_.readable()))
+    if (sending ? out_.consumer_closed() : (in_.producer_closed() && !in_.ready(recv_head_)))
       return make_error(ErrorCode::kPeerFailure, "peer ", info_->describe(),
                         " has destroyed its communicator (or closed its connection) while this rank still ",
                         sending ? "sends to it" : "expects data from it");
@@ -130,7 +137,7 @@ class PeerPort {
     return {};
   }
   Result<const char*> checked_slot(size_t expected_bytes) const {
-    uint64_t index = in_.head(std::memory_order_relaxed);
+    uint64_t index = recv_head_;
     uint64_t got = in_.size(index);
     if (got != expected_bytes)
       return make_error(ErrorCode::kInvalidArgument, info_->describe(), " sent ", got, " bytes where this rank expected ",
@@ -142,7 +149,8 @@ class PeerPort {
 
   std::unique_ptr<Connection> conn_;
   FifoRef out_, in_;
-  uint64_t head_cache_ = 0;
+  uint64_t head_cache_ = 0;                        // producer: the consumer's head, last read
+  uint64_t recv_head_ = 0, published_head_ = 0;    // consumer: slots taken, slots handed back
   const PeerInfo* info_;
   const AbortState* abort_;
   const Config* config_;
