@@ -5,9 +5,9 @@
 using namespace dcomm;
 
 TEST_CASE("algorithm choice: direct for small all_reduce, single copy where measured faster, ring otherwise") {
-  Config c;  // defaults: direct <= 4 KiB, single copy from 64 KiB (all_gather/broadcast), 1-16 MiB (all_reduce)
-  auto pick = [&](OpKind k, size_t bytes, int ranks, bool single_copy, size_t eb = 4) {
-    return choose_algorithm({k, bytes / eb, eb, ranks, false}, c, single_copy);
+  Config c;  // defaults: direct <= 4 KiB, single copy from 64 KiB (all_gather/broadcast), from 1 MiB (all_reduce; below 16 MiB out of place)
+  auto pick = [&](OpKind k, size_t bytes, int ranks, bool single_copy, size_t eb = 4, bool in_place = false) {
+    return choose_algorithm({k, bytes / eb, eb, ranks, in_place}, c, single_copy);
   };
   CHECK(pick(OpKind::kAllReduce, 8, 2, false) == Algorithm::kDirect);
   CHECK(pick(OpKind::kAllReduce, 4096, 8, false) == Algorithm::kDirect);
@@ -17,6 +17,7 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
   CHECK(pick(OpKind::kAllReduce, 4 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kAllReduce, 4 << 20, 2, false) == Algorithm::kRing);
   CHECK(pick(OpKind::kAllReduce, 64 << 20, 2, true) == Algorithm::kRing);  // past the streaming threshold
+  CHECK(pick(OpKind::kAllReduce, 64 << 20, 2, true, 4, true) == Algorithm::kSingleCopy);  // unless in place
   CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kAllGather, 1 << 10, 4, true) == Algorithm::kRing);
   CHECK(pick(OpKind::kBroadcast, 1 << 20, 2, true) == Algorithm::kSingleCopy);

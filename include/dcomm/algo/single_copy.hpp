@@ -1,15 +1,20 @@
 // Single-copy collectives between ranks of one host: each rank tells its peers where its
-// buffer is (a 16-byte descriptor through the FIFO, inline in one cache line), the peers copy
-// straight out of it (cross-memory attach, or plain memory for threads), then tell the owner
-// they are done so it may return and let its caller reuse the buffer. One copy of the data
-// instead of two through the staging FIFO; the communicator picks these for large messages
-// when every rank can read every other (see transport/cma.hpp).
+// buffers are (a small descriptor through the FIFO), the peers read from or write into them
+// directly (cross-memory attach, or plain memory for threads), then tell the owner they are
+// done so it may return and let its caller reuse the buffers. One copy of the data instead of
+// two through the staging FIFO; the communicator picks these for large messages when every
+// rank can read every other (see transport/cma.hpp).
+//
+// Where a rank has the bytes every peer needs, it pushes them: it copies a tile into its own
+// output (the tile stays in cache) and writes that tile into each peer's output, so the
+// memory traffic per rank is one read of the source and one write per output, instead of a
+// read and a write per output when each peer pulls.
 //
 // reduce_scatter and all_reduce: rank r owns chunk r. It reads chunk r of every peer's input
 // a tile at a time into a buffer that stays in cache and folds it into its output (every
 // chunk is computed once, by its owner, so every rank ends with the same bits). For
-// all_reduce its "done reading your input" message also says "my chunk is final, here is my
-// output", and each rank then copies the other chunks straight out of their owners' outputs.
+// all_reduce it then writes each finished tile into every peer's output. In place, a peer's
+// chunk r is read (by rank r only) before rank r overwrites it, a tile at a time.
 #pragma once
 
 #include <cstdint>
@@ -20,18 +25,20 @@
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
+#include "dcomm/reduce/copy.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
 namespace detail {
 struct BufferDescriptor {
-  uint64_t address;
+  uint64_t address;     // the input (broadcast: the buffer read)
   uint64_t bytes;
-  uint64_t split = 0;  // broadcast: where the receivers stop reading (the root writes the rest)
+  uint64_t output = 0;  // all_reduce, all_gather: where peers write their results
+  uint64_t split = 0;   // broadcast: where the receivers stop reading (the root writes the rest)
 };
 
-// Receives a peer's descriptor (its buffer's address), checking the size it offers.
+// Receives a peer's descriptor (its buffers' addresses), checking the size it offers.
 inline Result<BufferDescriptor> take_descriptor(PeerPort* port, size_t bytes) {
   auto slot = port->acquire_recv(sizeof(BufferDescriptor));
   if (!slot.ok()) return slot.status();
@@ -57,19 +64,18 @@ inline Status await_done(PeerPort* port) {
   return {};
 }
 
-// Tells every peer where this rank's `bytes`-long buffer is and learns where theirs are.
-inline Result<std::vector<uint64_t>> swap_addresses(const std::vector<PeerPort*>& ports, int rank, const void* mine,
-                                                    size_t bytes) {
-  BufferDescriptor d{reinterpret_cast<uint64_t>(mine), bytes};
-  DCOMM_RETURN_IF_ERROR(post_all(ports, rank, &d, sizeof d));
-  std::vector<uint64_t> addresses(ports.size());
+// Tells every peer where this rank's buffers are and learns where theirs are.
+inline Result<std::vector<BufferDescriptor>> swap_descriptors(const std::vector<PeerPort*>& ports, int rank,
+                                                              const BufferDescriptor& mine) {
+  DCOMM_RETURN_IF_ERROR(post_all(ports, rank, &mine, sizeof mine));
+  std::vector<BufferDescriptor> theirs(ports.size());
   for (size_t p = 0; p < ports.size(); ++p) {
     if (static_cast<int>(p) == rank) continue;
-    auto a = take_descriptor(ports[p], bytes);
-    if (!a.ok()) return a.status();
-    addresses[p] = a->address;
+    auto d = take_descriptor(ports[p], mine.bytes);
+    if (!d.ok()) return d.status();
+    theirs[p] = *d;
   }
-  return addresses;
+  return theirs;
 }
 
 // Tells every peer this rank is done with their buffers, and waits until they are with ours.
@@ -79,22 +85,40 @@ inline Status finish(const std::vector<PeerPort*>& ports, int rank) {
     if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(await_done(ports[p]));
   return {};
 }
+
+inline constexpr size_t kTileBytes = 256 * 1024;
+
+// Writes `bytes` at `from` (this rank's output, just written, so in cache) to offset `at` of
+// every peer's output, in ring order from the next rank so peers are not all written at once.
+inline Status push_to_peers(const std::vector<PeerPort*>& ports, int rank, const std::vector<BufferDescriptor>& peers,
+                            const char* from, size_t at, size_t bytes) {
+  const int size = static_cast<int>(ports.size());
+  for (int k = 1; k < size; ++k) {
+    const size_t p = static_cast<size_t>((rank + k) % size);
+    DCOMM_RETURN_IF_ERROR(ports[p]->write_remote(peers[p].output + at, from, bytes));
+  }
+  return {};
+}
 }  // namespace detail
 
-// ports[p]: the port to rank p (null for this rank). recv holds size x bytes_per_rank.
+// ports[p]: the port to rank p (null for this rank). recv holds size x bytes_per_rank. Each
+// rank pushes its block into every output, a tile at a time.
 inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int rank, const void* send, void* recv,
                                      size_t bytes_per_rank) {
-  const int size = static_cast<int>(ports.size());
-  char* out = static_cast<char*>(recv);
-  auto sources = detail::swap_addresses(ports, rank, send, bytes_per_rank);
-  if (!sources.ok()) return sources.status();
-  // Read the peers in ring order from the next rank on, so they are not all read at once.
-  for (int k = 1; k < size; ++k) {
-    size_t p = static_cast<size_t>((rank + k) % size);
-    DCOMM_RETURN_IF_ERROR(ports[p]->read_remote(out + p * bytes_per_rank, (*sources)[p], bytes_per_rank));
+  const size_t at = static_cast<size_t>(rank) * bytes_per_rank;
+  char* own = static_cast<char*>(recv) + at;
+  auto peers = detail::swap_descriptors(ports, rank, {reinterpret_cast<uint64_t>(send), bytes_per_rank,
+                                                      reinterpret_cast<uint64_t>(recv)});
+  if (!peers.ok()) return peers.status();
+  // Out of place, the copy into this rank's output streams past the cache; the pushes read
+  // the input tile the copy just brought into it.
+  const char* in = static_cast<const char*>(send);
+  for (size_t i = 0; i < bytes_per_rank; i += detail::kTileBytes) {
+    const size_t n = std::min(detail::kTileBytes, bytes_per_rank - i);
+    if (own != in) copy_bytes(own + i, in + i, n, /*stream=*/true);
+    DCOMM_RETURN_IF_ERROR(detail::push_to_peers(ports, rank, *peers, in + i, at + i, n));
   }
-  char* own = out + static_cast<size_t>(rank) * bytes_per_rank;
-  if (own != send && bytes_per_rank) std::memcpy(own, send, bytes_per_rank);
+  if (own != in) stream_fence();
   return detail::finish(ports, rank);
 }
 
@@ -109,7 +133,7 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
   if (rank == root) {
     const size_t split =
         send == recv ? (bytes / static_cast<size_t>(size) * static_cast<size_t>(size - 1)) & ~size_t{63} : bytes;
-    detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(send), bytes, split};
+    detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(send), bytes, 0, split};
     DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, &mine, sizeof mine));
     if (recv != send && bytes) std::memcpy(recv, send, bytes);
     for (int p = 0; p < size && split < bytes; ++p) {
@@ -145,29 +169,38 @@ struct ChunkedBuffer {
 };
 
 namespace detail {
-inline constexpr size_t kTileBytes = 256 * 1024;
-
 // out[first, first+count) = this rank's input there, combined with every peer's (rank p's
-// input is at addresses[p]; this rank's own at `mine`). In place (out == mine) the own part is
-// already there. Peer tiles are read into a buffer that stays in cache.
+// input at peers[p].address; this rank's own at `mine`). Each tile is folded in a buffer that
+// stays in cache (peer tiles are read into another), then stored to `out` (streamed when out
+// of place: nothing reads it back from there) and, with `push`, written into every peer's
+// output from the cached copy.
 inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
-                         const std::vector<uint64_t>& addresses, const char* mine, char* out, size_t first,
-                         size_t count) {
+                         const std::vector<BufferDescriptor>& peers, const char* mine, char* out, size_t first,
+                         size_t count, bool push) {
   const size_t eb = r.elem_bytes;
-  std::vector<char> tile(std::min(kTileBytes, std::max<size_t>(count * eb, 1)));
-  const size_t per_tile = tile.size() / eb;
+  const size_t tile_bytes = std::min(kTileBytes, std::max<size_t>(count * eb, 1));
+  std::vector<char> buffers(2 * tile_bytes);
+  char* tile = buffers.data();
+  char* acc = tile + tile_bytes;
+  const size_t per_tile = tile_bytes / eb;
+  const bool stream = out != mine;
   for (size_t i = 0; i < count; i += per_tile) {
     const size_t n = std::min(per_tile, count - i);
     const size_t at = (first + i) * eb;
-    char* dst = out + at;
-    if (dst != mine + at) std::memcpy(dst, mine + at, n * eb);
+    char* sum = stream ? acc : out + at;  // in place: fold where the input already is
+    const char* partial = mine + at;
     for (int p = 0; p < static_cast<int>(ports.size()); ++p) {
       if (p == rank) continue;
-      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->read_remote(tile.data(), addresses[static_cast<size_t>(p)] + at, n * eb));
-      r.reduce(dst, dst, tile.data(), n);
+      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->read_remote(tile, peers[static_cast<size_t>(p)].address + at, n * eb));
+      r.reduce(sum, partial, tile, n);
+      partial = sum;
     }
-    r.finalize(dst, n);
+    if (partial != sum) std::memcpy(sum, partial, n * eb);  // one rank: nothing to fold
+    r.finalize(sum, n);
+    if (sum != out + at) copy_bytes(out + at, sum, n * eb, /*stream=*/true);
+    if (push) DCOMM_RETURN_IF_ERROR(push_to_peers(ports, rank, peers, sum, at, n * eb));
   }
+  if (stream) stream_fence();
   return {};
 }
 }  // namespace detail
@@ -176,36 +209,29 @@ inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Re
 inline Status single_copy_reduce_scatter(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
                                          const void* send, void* recv, size_t recv_count) {
   const size_t eb = r.elem_bytes, total = recv_count * ports.size() * eb;
-  auto inputs = detail::swap_addresses(ports, rank, send, total);
-  if (!inputs.ok()) return inputs.status();
+  auto peers = detail::swap_descriptors(ports, rank, {reinterpret_cast<uint64_t>(send), total});
+  if (!peers.ok()) return peers.status();
   // Fold block `rank` into recv: addresses are shifted so block `rank` sits at offset 0.
   const size_t shift = static_cast<size_t>(rank) * recv_count * eb;
-  for (auto& a : *inputs) a += shift;
-  DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *inputs, static_cast<const char*>(send) + shift,
-                                           static_cast<char*>(recv), 0, recv_count));
+  for (auto& d : *peers) d.address += shift;
+  DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *peers, static_cast<const char*>(send) + shift,
+                                           static_cast<char*>(recv), 0, recv_count, /*push=*/false));
   return detail::finish(ports, rank);
 }
 
+// Reduce-scatter and all-gather in one pass: each rank folds its chunk from every input and
+// pushes each finished tile into every output.
 inline Status single_copy_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r, const void* send,
                                      void* recv, size_t count) {
   const int size = static_cast<int>(ports.size());
-  const size_t eb = r.elem_bytes, bytes = count * eb;
+  const size_t eb = r.elem_bytes;
   const ChunkedBuffer chunks{count, size};
-  auto inputs = detail::swap_addresses(ports, rank, send, bytes);
-  if (!inputs.ok()) return inputs.status();
-  // Reduce-scatter: this rank's chunk, straight from every input.
-  size_t first = chunks.off(rank), n = chunks.off(rank + 1) - first;
-  DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *inputs, static_cast<const char*>(send),
-                                           static_cast<char*>(recv), first, n));
-  // "Done with your input; my chunk is final in this output" (the second swap says both).
-  auto outputs = detail::swap_addresses(ports, rank, recv, bytes);
-  if (!outputs.ok()) return outputs.status();
-  // All-gather: copy each owner's chunk out of its output.
-  for (int k = 1; k < size; ++k) {
-    int p = (rank + k) % size;
-    size_t at = chunks.off(p) * eb, len = (chunks.off(p + 1) - chunks.off(p)) * eb;
-    DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->read_remote(static_cast<char*>(recv) + at, (*outputs)[static_cast<size_t>(p)] + at, len));
-  }
+  auto peers = detail::swap_descriptors(ports, rank, {reinterpret_cast<uint64_t>(send), count * eb,
+                                                      reinterpret_cast<uint64_t>(recv)});
+  if (!peers.ok()) return peers.status();
+  const size_t first = chunks.off(rank), n = chunks.off(rank + 1) - first;
+  DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *peers, static_cast<const char*>(send),
+                                           static_cast<char*>(recv), first, n, /*push=*/true));
   return detail::finish(ports, rank);
 }
 

@@ -58,9 +58,11 @@ inline Algorithm choose_algorithm(const CallShape& c, const Config& config, bool
     case OpKind::kBroadcast:
       return config.cma_bytes && bytes >= config.cma_bytes ? Algorithm::kSingleCopy : Algorithm::kRing;
     case OpKind::kAllReduce:
-      // Past the streaming threshold the ring with streaming stores moves less memory than the
-      // kernel's copy; reduce_scatter and reduce measured as fast on the ring.
-      return config.cma_reduce_bytes && bytes >= config.cma_reduce_bytes && bytes < config.stream_bytes
+      // Out of place past the streaming threshold, the ring (its staging stays in cache, its
+      // output is streamed) moves less memory than the kernel's writes into the peers'
+      // outputs, which read each line first. In place those lines were just read, so single
+      // copy stays ahead. reduce_scatter and reduce measured as fast on the ring.
+      return config.cma_reduce_bytes && bytes >= config.cma_reduce_bytes && (c.in_place || bytes < config.stream_bytes)
                  ? Algorithm::kSingleCopy
                  : Algorithm::kRing;
     default: return Algorithm::kRing;
