@@ -1,10 +1,11 @@
 // dcomm-bench: bus bandwidth of dcomm's collectives, with nccl-tests' flags and columns.
 //
 //   dcomm-bench [collective] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o op]
-//               [-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1]
+//               [-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1]
 //
 // -J writes the results as JSON (as nccl-tests' -J); -M 1 reports the staging memory each
-// rank holds (the largest over ranks).
+// rank holds (the largest over ranks); -R 1 takes the buffers from dcomm::mem_alloc (peers
+// on the host read and write them without system calls), as nccl-tests' -R registers them.
 //
 // collective: all_reduce (default), reduce_scatter, all_gather, broadcast, reduce,
 // send_recv, all_to_all. Started under torchrun, mpirun or srun it is one rank of that job;
@@ -49,13 +50,14 @@ struct Options {
   bool check = true;
   std::string json;  // -J: write results here
   bool memory = false;  // -M: report staging memory per rank
+  bool registered = false;  // -R: buffers from dcomm::mem_alloc
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "dcomm-bench: %s\nusage: dcomm-bench [all_reduce|reduce_scatter|all_gather|broadcast|reduce|"
                "send_recv|all_to_all] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o sum|prod|min|max|avg] "
-               "[-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1]\n",
+               "[-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1]\n",
                msg);
   std::exit(2);
 }
@@ -83,6 +85,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "-c") o.check = v != "0";
     else if (flag == "-J") o.json = v;
     else if (flag == "-M") o.memory = v != "0";
+    else if (flag == "-R") o.registered = v != "0";
     else if (flag == "-o") {
       auto op = parse_reduce_op(v);
       if (!op) usage(("unknown op " + v).c_str());
@@ -103,12 +106,43 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// A benchmark buffer: ordinary memory, or from dcomm::mem_alloc (-R 1, as nccl-tests'
+// registered buffers: peers on the host then reach it without a system call).
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (registered_) mem_free(data_).ignore();
+  }
+  Status allocate(size_t bytes, bool registered) {
+    if (registered) {
+      auto p = mem_alloc(bytes);
+      if (!p.ok()) return p.status();
+      data_ = static_cast<char*>(*p);
+      registered_ = true;
+    } else {
+      plain_.assign(bytes, 0);
+      data_ = plain_.data();
+    }
+    std::memset(data_, 1, bytes);
+    return {};
+  }
+  char* data() const { return data_; }
+
+ private:
+  std::vector<char> plain_;
+  char* data_ = nullptr;
+  bool registered_ = false;
+};
+
 // The collective of one iteration. count: elements of the size column's buffer.
 struct Bench {
   Communicator& c;
   const Options& o;
   size_t eb;
-  std::vector<char> send, recv;  // allocated for max_bytes, touched once
+  Buffer send, recv;  // allocated for max_bytes, touched once
 
   int n() const { return c.size(); }
   // (send elements, recv elements) of a call whose size column is `count` elements.
@@ -197,13 +231,17 @@ int run_rank(const Options& o) {
   if (o.root >= c.size()) usage("root out of range");
   const size_t eb = size_of(o.type);
   Bench b{c, o, eb, {}, {}};
-  b.send.assign(o.max_bytes + 64, 1);  // touched now: no page faults inside the timing
-  b.recv.assign(o.max_bytes + 64, 1);
+  // Touched now: no page faults inside the timing.
+  for (Buffer* buf : {&b.send, &b.recv})
+    if (Status s = buf->allocate(o.max_bytes + 64, o.registered); !s.ok()) {
+      std::fprintf(stderr, "dcomm-bench: rank %d: %s\n", c.rank(), s.message().c_str());
+      return 1;
+    }
   if (c.rank() == 0) {
     std::printf("# dcomm-bench %s: %d ranks (%d on this host, next rank via %s), %s %s, root %d, iters %d, warmup %d, "
-                "check %d\n#\n",
+                "check %d%s\n#\n",
                 o.coll.c_str(), c.size(), c.local_size(), c.transport_to((c.rank() + 1) % c.size()), to_string(o.type),
-                to_string(o.op), o.root, o.iters, o.warmup, o.check ? 1 : 0);
+                to_string(o.op), o.root, o.iters, o.warmup, o.check ? 1 : 0, o.registered ? ", buffers from mem_alloc" : "");
     std::printf("# %10s %12s %8s %6s %6s  %9s %7s %7s %6s  %9s %7s %7s %6s\n", "", "", "", "", "", "out-of-place", "", "",
                 "", "in-place", "", "", "");
     std::printf("# %10s %12s %8s %6s %6s  %9s %7s %7s %6s  %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",

@@ -49,10 +49,10 @@ def parse_rows(text):
     return rows
 
 
-def run_dcomm(a, lo, hi, iters, warm):
+def run_dcomm(a, lo, hi, iters, warm, registered=False):
     with tempfile.NamedTemporaryFile(suffix=".json") as j:
         sh([os.path.join(BUILD, "dcomm-bench"), a.c, "-N", str(a.N), "-b", lo, "-e", hi, "-f", "2", "-n", iters,
-            "-w", warm, "-c", "1", "-J", j.name])
+            "-w", warm, "-c", "1", "-J", j.name, "-R", "1" if registered else "0"])
         r = json.load(open(j.name))
     bad = sum(x["wrong"] for x in r["results"])
     if bad:
@@ -83,6 +83,8 @@ def main():
     p.add_argument("--install", action="store_true")
     p.add_argument("--png")
     p.add_argument("--json")
+    p.add_argument("--registered", action="store_true",
+                   help="also run dcomm with buffers from dcomm::mem_alloc (column dcomm-R, ratio R)")
     a = p.parse_args()
     wanted = [x for x in a.peers.split(",") if x]
     if a.install:
@@ -102,7 +104,7 @@ def main():
         if mpi in peers:
             sh([f"mpicxx.{mpi}", "-O2", "-std=c++20", os.path.join(ROOT, "bench/peers/mpi_bench.cpp"), "-o",
                 os.path.join(BUILD, f"mpi-bench-{mpi}")])
-    systems = ["dcomm"] + peers
+    systems = ["dcomm"] + (["dcomm-R"] if a.registered else []) + peers
     times = {s: {} for s in systems}
     for _ in range(a.r):
         for lo, hi, iters, warm in PASSES:
@@ -110,7 +112,10 @@ def main():
             if to_bytes(lo) > to_bytes(hi):
                 continue
             for s in systems:
-                got = run_dcomm(a, lo, hi, iters, warm) if s == "dcomm" else run_peer(s, a, lo, hi, iters, warm)
+                if s.startswith("dcomm"):
+                    got = run_dcomm(a, lo, hi, iters, warm, registered=s == "dcomm-R")
+                else:
+                    got = run_peer(s, a, lo, hi, iters, warm)
                 for size, t in got.items():
                     times[s].setdefault(size, []).append(t)
     n = a.N
@@ -120,13 +125,15 @@ def main():
     busbw = {s: {z: z / med[s][z] / 1e3 * factor for z in sizes} for s in systems}
     print(f"# {a.c}, {n} ranks, float32 sum, median of {a.r} runs; time in us, busbw in GB/s; "
           f"ratio = dcomm time / best peer time (lower is better)")
-    head = f"{'size':>9}" + "".join(f" {s + ' us':>12} {'GB/s':>6}" for s in systems) + f" {'best peer':>9} {'ratio':>6}"
+    head = f"{'size':>9}" + "".join(f" {s + ' us':>12} {'GB/s':>6}" for s in systems) + f" {'best peer':>9} {'ratio':>6}" + (f" {'ratio R':>7}" if a.registered else "")
     print(head)
     for z in sizes:
         best = min(peers, key=lambda s: med[s][z]) if peers else None
         line = f"{human(z):>9}" + "".join(f" {med[s][z]:12.2f} {busbw[s][z]:6.2f}" for s in systems)
         if best:
             line += f" {best:>9} {med['dcomm'][z] / med[best][z]:6.2f}"
+            if a.registered:
+                line += f" {med['dcomm-R'][z] / med[best][z]:7.2f}"
         print(line)
     if a.json:
         json.dump({"collective": a.c, "ranks": n, "reps": a.r,

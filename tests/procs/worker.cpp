@@ -46,7 +46,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "matrix") {
-    auto rep = dcomm_test::run_matrix(c, dcomm_test::full_matrix(c.size(), c.config().slot_bytes));
+    // "registered": buffers from mem_alloc on every rank; "mixed": on even ranks only.
+    auto m = dcomm_test::full_matrix(c.size(), c.config().slot_bytes);
+    std::string buffers = argc > 2 ? argv[2] : "";
+    m.registered = buffers == "registered" || (buffers == "mixed" && c.rank() % 2 == 0);
+    auto rep = dcomm_test::run_matrix(c, m);
     for (const auto& f : rep.failures) std::printf("FAIL %s\n", f.c_str());
     std::printf("rank %d: %d checks, %zu failures\n", c.rank(), rep.checked, rep.failures.size());
     return rep.failures.empty() && rep.checked > 0 ? 0 : 1;

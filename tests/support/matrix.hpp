@@ -28,7 +28,32 @@ struct MatrixOptions {
   std::vector<DataType> types;
   std::vector<ReduceOp> ops;
   std::vector<size_t> counts;
+  bool registered = false;  // buffers from dcomm::mem_alloc
 };
+
+// A std::allocator that takes its memory from dcomm::mem_alloc when `registered`.
+template <class T>
+struct TestAllocator {
+  using value_type = T;
+  bool registered = false;
+  TestAllocator() = default;
+  explicit TestAllocator(bool r) : registered(r) {}
+  template <class U>
+  TestAllocator(const TestAllocator<U>& o) : registered(o.registered) {}
+  T* allocate(size_t n) {
+    if (!registered) return std::allocator<T>().allocate(n);
+    auto p = mem_alloc(n * sizeof(T));
+    if (!p.ok()) throw std::bad_alloc();
+    return static_cast<T*>(*p);
+  }
+  void deallocate(T* p, size_t n) {
+    if (!registered) return std::allocator<T>().deallocate(p, n);
+    mem_free(p).ignore();
+  }
+  bool operator==(const TestAllocator& o) const { return registered == o.registered; }
+};
+template <class T>
+using Buf = std::vector<T, TestAllocator<T>>;
 
 inline MatrixOptions full_matrix(int size, size_t slot_bytes) {
   MatrixOptions m;
@@ -41,8 +66,8 @@ inline MatrixOptions full_matrix(int size, size_t slot_bytes) {
 }
 
 namespace detail {
-template <class T>
-void fill(std::vector<T>& v, DataType t, ReduceOp op, int rank, size_t offset = 0) {
+template <class T, class A>
+void fill(std::vector<T, A>& v, DataType t, ReduceOp op, int rank, size_t offset = 0) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = from_int<T>(input_value(t, op, rank, i + offset));
 }
 
@@ -62,6 +87,7 @@ template <class T>
 void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport& rep) {
   const int size = c.size(), rank = c.rank();
   const size_t usize = static_cast<size_t>(size);
+  const TestAllocator<T> al(m.registered);
   auto name = [&](const char* coll, ReduceOp op, size_t count, bool in_place) {
     return dcomm::detail::cat(coll, " ", to_string(t), " ", to_string(op), " count ", count,
                               in_place ? " in place" : " out of place", " on rank ", rank, " of ", size);
@@ -74,7 +100,7 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
     for (bool in_place : {false, true}) {
       for (ReduceOp op : m.ops) {
         // all_reduce
-        std::vector<T> in(count), out(count);
+        Buf<T> in(count, al), out(count, al);
         fill(in, t, op, rank);
         T* dst = in_place ? in.data() : out.data();
         std::string what = name("all_reduce", op, count, in_place);
@@ -82,7 +108,7 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
           check<T>(rep, what, dst, count, [&](size_t i) { return expected_reduction<T>(t, op, size, i); });
 
         // reduce_scatter: block b of rank r's input holds values at indices b*count + i.
-        std::vector<T> rs_in(count * usize), rs_out(count);
+        Buf<T> rs_in(count * usize, al), rs_out(count, al);
         fill(rs_in, t, op, rank);
         T* rs_dst = in_place ? rs_in.data() + static_cast<size_t>(rank) * count : rs_out.data();
         what = name("reduce_scatter", op, count, in_place);
@@ -93,7 +119,7 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
 
         // reduce to a root that moves with the count
         int root = static_cast<int>((count + static_cast<size_t>(op)) % usize);
-        std::vector<T> r_in(count), r_out(count);
+        Buf<T> r_in(count, al), r_out(count, al);
         fill(r_in, t, op, rank);
         T* r_dst = in_place ? r_in.data() : r_out.data();
         what = name("reduce", op, count, in_place) + dcomm::detail::cat(" root ", root);
@@ -102,7 +128,7 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
       }
 
       // all_gather: rank r contributes input_value(r, i).
-      std::vector<T> ag_in(count), ag_out(count * usize);
+      Buf<T> ag_in(count, al), ag_out(count * usize, al);
       fill(ag_in, t, ReduceOp::kSum, rank);
       T* ag_src = ag_in.data();
       if (in_place) {
@@ -117,7 +143,7 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
 
       // broadcast from a root that moves with the count
       int root = static_cast<int>((count * 7 + 3) % usize);
-      std::vector<T> b_in(count), b_out(count);
+      Buf<T> b_in(count, al), b_out(count, al);
       fill(b_in, t, ReduceOp::kSum, rank);
       T* b_dst = in_place ? b_in.data() : b_out.data();
       what = name("broadcast", ReduceOp::kSum, count, in_place) + dcomm::detail::cat(" root ", root);
@@ -126,7 +152,7 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
     }
 
     // all-to-all through one p2p batch (self included), then a ring shift with send_recv.
-    std::vector<T> a2a_in(count * usize), a2a_out(count * usize);
+    Buf<T> a2a_in(count * usize, al), a2a_out(count * usize, al);
     fill(a2a_in, t, ReduceOp::kSum, rank);
     std::vector<P2POp> ops;
     for (int p = 0; p < size; ++p) {
@@ -139,7 +165,7 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
         size_t from = i / std::max<size_t>(count, 1), j = i % std::max<size_t>(count, 1);
         return from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(from), static_cast<size_t>(rank) * count + j));
       });
-    std::vector<T> shift_in(count), shift_out(count);
+    Buf<T> shift_in(count, al), shift_out(count, al);
     fill(shift_in, t, ReduceOp::kSum, rank);
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     what = name("send_recv ring shift", ReduceOp::kSum, count, false);

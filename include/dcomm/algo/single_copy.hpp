@@ -26,6 +26,7 @@
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
 #include "dcomm/reduce/copy.hpp"
+#include "dcomm/transport/mem_alloc.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -36,7 +37,16 @@ struct BufferDescriptor {
   uint64_t bytes;
   uint64_t output = 0;  // all_reduce, all_gather: where peers write their results
   uint64_t split = 0;   // broadcast: where the receivers stop reading (the root writes the rest)
+  RegionRef input_region, output_region;  // set when the buffer is in a dcomm::mem_alloc block
 };
+
+// This rank's buffers as its peers need them: `in` of `bytes` and `out` of `out_bytes`.
+inline BufferDescriptor describe(const void* in, size_t bytes, const void* out = nullptr, size_t out_bytes = 0,
+                                 uint64_t split = 0) {
+  auto& regions = RegionRegistry::instance();
+  return {reinterpret_cast<uint64_t>(in), bytes, reinterpret_cast<uint64_t>(out), split, regions.find(in, bytes),
+          out ? regions.find(out, out_bytes) : RegionRef{}};
+}
 
 // Receives a peer's descriptor (its buffers' addresses), checking the size it offers.
 inline Result<BufferDescriptor> take_descriptor(PeerPort* port, size_t bytes) {
@@ -78,8 +88,10 @@ inline Result<std::vector<BufferDescriptor>> swap_descriptors(const std::vector<
   return theirs;
 }
 
-// Tells every peer this rank is done with their buffers, and waits until they are with ours.
+// Tells every peer this rank is done with their buffers (after the streamed stores into them
+// are visible), and waits until they are with ours.
 inline Status finish(const std::vector<PeerPort*>& ports, int rank) {
+  stream_fence();
   DCOMM_RETURN_IF_ERROR(post_all(ports, rank, nullptr, 0));
   for (size_t p = 0; p < ports.size(); ++p)
     if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(await_done(ports[p]));
@@ -95,7 +107,7 @@ inline Status push_to_peers(const std::vector<PeerPort*>& ports, int rank, const
   const int size = static_cast<int>(ports.size());
   for (int k = 1; k < size; ++k) {
     const size_t p = static_cast<size_t>((rank + k) % size);
-    DCOMM_RETURN_IF_ERROR(ports[p]->write_remote(peers[p].output + at, from, bytes));
+    DCOMM_RETURN_IF_ERROR(ports[p]->write_remote(peers[p].output + at, from, bytes, peers[p].output_region, /*stream=*/true));
   }
   return {};
 }
@@ -107,8 +119,8 @@ inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int ra
                                      size_t bytes_per_rank) {
   const size_t at = static_cast<size_t>(rank) * bytes_per_rank;
   char* own = static_cast<char*>(recv) + at;
-  auto peers = detail::swap_descriptors(ports, rank, {reinterpret_cast<uint64_t>(send), bytes_per_rank,
-                                                      reinterpret_cast<uint64_t>(recv)});
+  auto peers = detail::swap_descriptors(
+      ports, rank, detail::describe(send, bytes_per_rank, recv, bytes_per_rank * ports.size()));
   if (!peers.ok()) return peers.status();
   // Out of place, the copy into this rank's output streams past the cache; the pushes read
   // the input tile the copy just brought into it.
@@ -118,7 +130,6 @@ inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int ra
     if (own != in) copy_bytes(own + i, in + i, n, /*stream=*/true);
     DCOMM_RETURN_IF_ERROR(detail::push_to_peers(ports, rank, *peers, in + i, at + i, n));
   }
-  if (own != in) stream_fence();
   return detail::finish(ports, rank);
 }
 
@@ -133,15 +144,15 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
   if (rank == root) {
     const size_t split =
         send == recv ? (bytes / static_cast<size_t>(size) * static_cast<size_t>(size - 1)) & ~size_t{63} : bytes;
-    detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(send), bytes, 0, split};
+    detail::BufferDescriptor mine = detail::describe(send, bytes, nullptr, 0, split);
     DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, &mine, sizeof mine));
     if (recv != send && bytes) std::memcpy(recv, send, bytes);
     for (int p = 0; p < size && split < bytes; ++p) {
       if (p == rank) continue;
       auto target = detail::take_descriptor(ports[static_cast<size_t>(p)], bytes);
       if (!target.ok()) return target.status();
-      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->write_remote(target->address + split,
-                                                                       static_cast<const char*>(send) + split, bytes - split));
+      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->write_remote(
+          target->address + split, static_cast<const char*>(send) + split, bytes - split, target->input_region));
     }
     return detail::finish(ports, rank);
   }
@@ -150,10 +161,10 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
   if (!source.ok()) return source.status();
   if (source->split > bytes) return make_error(ErrorCode::kInternal, "broadcast: root sent split ", source->split);
   if (source->split < bytes) {  // the root writes the tail: tell it where
-    detail::BufferDescriptor mine{reinterpret_cast<uint64_t>(recv), bytes};
+    detail::BufferDescriptor mine = detail::describe(recv, bytes);
     DCOMM_RETURN_IF_ERROR(from_root->post(&mine, sizeof mine));
   }
-  DCOMM_RETURN_IF_ERROR(from_root->read_remote(recv, source->address, source->split));
+  DCOMM_RETURN_IF_ERROR(from_root->read_remote(recv, source->address, source->split, source->input_region));
   DCOMM_RETURN_IF_ERROR(from_root->post(nullptr, 0));
   return detail::await_done(from_root);
 }
@@ -191,8 +202,14 @@ inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Re
     const char* partial = mine + at;
     for (int p = 0; p < static_cast<int>(ports.size()); ++p) {
       if (p == rank) continue;
-      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->read_remote(tile, peers[static_cast<size_t>(p)].address + at, n * eb));
-      r.reduce(sum, partial, tile, n);
+      PeerPort* port = ports[static_cast<size_t>(p)];
+      const BufferDescriptor& d = peers[static_cast<size_t>(p)];
+      const char* theirs = port->view(d.input_region, d.address + at, n * eb);  // read in place if mapped
+      if (!theirs) {
+        DCOMM_RETURN_IF_ERROR(port->read_remote(tile, d.address + at, n * eb));
+        theirs = tile;
+      }
+      r.reduce(sum, partial, theirs, n);
       partial = sum;
     }
     if (partial != sum) std::memcpy(sum, partial, n * eb);  // one rank: nothing to fold
@@ -200,39 +217,62 @@ inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Re
     if (sum != out + at) copy_bytes(out + at, sum, n * eb, /*stream=*/true);
     if (push) DCOMM_RETURN_IF_ERROR(push_to_peers(ports, rank, peers, sum, at, n * eb));
   }
-  if (stream) stream_fence();
-  return {};
+  return {};  // finish() fences the streamed stores
 }
 }  // namespace detail
 
-// send holds size x recv_count elements; rank r's reduced block r lands in recv.
-inline Status single_copy_reduce_scatter(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
-                                         const void* send, void* recv, size_t recv_count) {
+namespace detail {
+// Whether every rank's buffer (`field` of the descriptors: input or output region) is in a
+// dcomm::mem_alloc block. Every rank sees the same descriptors, so all answer alike.
+inline bool all_registered(const std::vector<BufferDescriptor>& peers, const BufferDescriptor& mine, int rank,
+                           RegionRef BufferDescriptor::*field) {
+  bool all = (mine.*field).fd >= 0;
+  for (size_t p = 0; p < peers.size(); ++p) all &= static_cast<int>(p) == rank || (peers[p].*field).fd >= 0;
+  return all;
+}
+}  // namespace detail
+
+// send holds size x recv_count elements; rank r's reduced block r lands in recv. With
+// `only_if_registered`, it runs only when every rank's input is from dcomm::mem_alloc (read
+// through a mapping), else returns false having moved no data (see single_copy_all_reduce).
+inline Result<bool> single_copy_reduce_scatter(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
+                                               const void* send, void* recv, size_t recv_count,
+                                               bool only_if_registered = false) {
   const size_t eb = r.elem_bytes, total = recv_count * ports.size() * eb;
-  auto peers = detail::swap_descriptors(ports, rank, {reinterpret_cast<uint64_t>(send), total});
+  const auto mine = detail::describe(send, total);
+  auto peers = detail::swap_descriptors(ports, rank, mine);
   if (!peers.ok()) return peers.status();
+  if (only_if_registered && !detail::all_registered(*peers, mine, rank, &detail::BufferDescriptor::input_region))
+    return false;
   // Fold block `rank` into recv: addresses are shifted so block `rank` sits at offset 0.
   const size_t shift = static_cast<size_t>(rank) * recv_count * eb;
   for (auto& d : *peers) d.address += shift;
   DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *peers, static_cast<const char*>(send) + shift,
                                            static_cast<char*>(recv), 0, recv_count, /*push=*/false));
-  return detail::finish(ports, rank);
+  DCOMM_RETURN_IF_ERROR(detail::finish(ports, rank));
+  return true;
 }
 
 // Reduce-scatter and all-gather in one pass: each rank folds its chunk from every input and
-// pushes each finished tile into every output.
-inline Status single_copy_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r, const void* send,
-                                     void* recv, size_t count) {
+// pushes each finished tile into every output. With `only_if_registered`, it runs only when
+// every rank's output is in a dcomm::mem_alloc block (pushed with streaming stores, no read of
+// the lines first); otherwise it returns false having moved no data, and every rank knows it
+// alike from the descriptors, so all fall back to another algorithm together.
+inline Result<bool> single_copy_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
+                                           const void* send, void* recv, size_t count, bool only_if_registered = false) {
   const int size = static_cast<int>(ports.size());
   const size_t eb = r.elem_bytes;
   const ChunkedBuffer chunks{count, size};
-  auto peers = detail::swap_descriptors(ports, rank, {reinterpret_cast<uint64_t>(send), count * eb,
-                                                      reinterpret_cast<uint64_t>(recv)});
+  const auto mine = detail::describe(send, count * eb, recv, count * eb);
+  auto peers = detail::swap_descriptors(ports, rank, mine);
   if (!peers.ok()) return peers.status();
+  if (only_if_registered && !detail::all_registered(*peers, mine, rank, &detail::BufferDescriptor::output_region))
+    return false;
   const size_t first = chunks.off(rank), n = chunks.off(rank + 1) - first;
   DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *peers, static_cast<const char*>(send),
                                            static_cast<char*>(recv), first, n, /*push=*/true));
-  return detail::finish(ports, rank);
+  DCOMM_RETURN_IF_ERROR(detail::finish(ports, rank));
+  return true;
 }
 
 DCOMM_NAMESPACE_END

@@ -14,13 +14,16 @@
 
 DCOMM_NAMESPACE_BEGIN
 
-enum class Algorithm { kRing, kDirect, kSingleCopy };
+// kSingleCopyIfRegistered: single copy when every rank's output came from dcomm::mem_alloc
+// (known to all ranks once the descriptors are swapped), else the ring.
+enum class Algorithm { kRing, kDirect, kSingleCopy, kSingleCopyIfRegistered };
 
 inline const char* to_string(Algorithm a) {
   switch (a) {
     case Algorithm::kRing: return "ring";
     case Algorithm::kDirect: return "direct";
     case Algorithm::kSingleCopy: return "single-copy";
+    case Algorithm::kSingleCopyIfRegistered: return "single-copy-if-registered";
   }
   return "?";
 }
@@ -57,14 +60,17 @@ inline Algorithm choose_algorithm(const CallShape& c, const Config& config, bool
     case OpKind::kAllGather:
     case OpKind::kBroadcast:
       return config.cma_bytes && bytes >= config.cma_bytes ? Algorithm::kSingleCopy : Algorithm::kRing;
+    case OpKind::kReduceScatter:
     case OpKind::kAllReduce:
       // Out of place past the streaming threshold, the ring (its staging stays in cache, its
-      // output is streamed) moves less memory than the kernel's writes into the peers'
-      // outputs, which read each line first. In place those lines were just read, so single
-      // copy stays ahead. reduce_scatter and reduce measured as fast on the ring.
-      return config.cma_reduce_bytes && bytes >= config.cma_reduce_bytes && (c.in_place || bytes < config.stream_bytes)
-                 ? Algorithm::kSingleCopy
-                 : Algorithm::kRing;
+      // output is streamed) moves less memory than single copy through the kernel, whose
+      // writes into a peer's output read each line first (all_reduce) and whose reads pin
+      // every page (reduce_scatter). In place single copy stays ahead. With every rank's
+      // buffers from dcomm::mem_alloc, single copy reaches them by plain loads and streaming
+      // stores and wins at every size; the ranks learn that from the descriptors it swaps
+      // first, so this choice is deferred to them.
+      if (!config.cma_reduce_bytes || bytes < config.cma_reduce_bytes) return Algorithm::kRing;
+      return c.in_place || bytes < config.stream_bytes ? Algorithm::kSingleCopy : Algorithm::kSingleCopyIfRegistered;
     default: return Algorithm::kRing;
   }
 }

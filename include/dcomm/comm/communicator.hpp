@@ -536,7 +536,7 @@ class Communicator {
     auto reducer = make_host_reducer(d.type, d.op, size_);
     if (!reducer.ok()) return reducer.status();
     const size_t eb = reducer->elem_bytes;
-    const CallShape shape{d.kind, d.count, eb, size_, d.send == d.recv};
+    const CallShape shape{d.kind, d.count, eb, size_, in_place(d, eb)};
     const Algorithm algorithm = choose_algorithm(shape, config_, single_copy_);
     DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
               to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(algorithm));
@@ -546,8 +546,16 @@ class Communicator {
       switch (d.kind) {
         case OpKind::kAllGather: return single_copy_all_gather(all_ports_, rank_, d.send, d.recv, d.count * eb);
         case OpKind::kBroadcast: return single_copy_broadcast(all_ports_, rank_, d.root, d.send, d.recv, d.count * eb);
-        case OpKind::kReduceScatter: return single_copy_reduce_scatter(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
-        default: return single_copy_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
+        default: {
+          const bool only_if_registered = algorithm == Algorithm::kSingleCopyIfRegistered;
+          auto ran = d.kind == OpKind::kReduceScatter
+                         ? single_copy_reduce_scatter(all_ports_, rank_, *reducer, d.send, d.recv, d.count,
+                                                      only_if_registered)
+                         : single_copy_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count,
+                                                  only_if_registered);
+          if (!ran.ok() || *ran) return ran.status();
+          DCOMM_LOG(kTrace, kSubsysColl, rank_, "not every buffer is from mem_alloc: ring instead");
+        }
       }
     }
     PeerPort* next = size_ > 1 ? ports_[static_cast<size_t>((rank_ + 1) % size_)].get() : nullptr;
@@ -562,6 +570,16 @@ class Communicator {
       case OpKind::kReduce: return chain_reduce(prims, rank_, size_, d.root, b, *reducer);
       default: return make_error(ErrorCode::kInternal, "unhandled operation");
     }
+  }
+
+  // In place as every rank sees it alike: reduce_scatter's output is block `rank` of its
+  // input, all_gather's input is block `rank` of its output (so only rank 0's pointers are
+  // equal), the others share one buffer.
+  bool in_place(const OpDesc& d, size_t eb) const {
+    const size_t block = static_cast<size_t>(rank_) * d.count * eb;
+    if (d.kind == OpKind::kReduceScatter) return static_cast<const char*>(d.send) + block == d.recv;
+    if (d.kind == OpKind::kAllGather) return static_cast<const char*>(d.recv) + block == d.send;
+    return d.send == d.recv;
   }
 
   // Connects every peer once, for the algorithms that talk to all of them.

@@ -13,7 +13,9 @@
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/wait.hpp"
+#include "dcomm/reduce/copy.hpp"
 #include "dcomm/transport/cma.hpp"
+#include "dcomm/transport/mem_alloc.hpp"
 #include "dcomm/transport/transport.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -84,16 +86,37 @@ class PeerPort {
     }
   }
 
+  // This process's address for `bytes` at address `remote` in the peer's memory, where plain
+  // loads and stores reach it: always for a thread of this process; for a process when the
+  // buffer is in one of its dcomm::mem_alloc allocations (`region`). Null otherwise.
+  char* view(const RegionRef& region, uint64_t remote, size_t bytes) {
+    if (same_process_) return reinterpret_cast<char*>(remote);
+    if (region.fd < 0) return nullptr;
+    if (!regions_) regions_ = std::make_unique<RemoteRegions>(info_->pid);
+    return regions_->translate(region, remote, bytes);
+  }
+
   // Copies `bytes` from address `src` in the peer's memory (single-copy paths; only used when
-  // the communicator found cross-memory attach working between every pair).
-  Status read_remote(void* dst, uint64_t src, size_t bytes) const {
-    return read_process_memory(info_->pid, same_process_, dst, src, bytes)
+  // the communicator found cross-memory attach working between every pair): by plain loads
+  // where view() allows, else by cross-memory attach.
+  Status read_remote(void* dst, uint64_t src, size_t bytes, const RegionRef& region = {}) {
+    if (const char* v = view(region, src, bytes)) {
+      if (bytes) std::memmove(dst, v, bytes);
+      return {};
+    }
+    return read_process_memory(info_->pid, false, dst, src, bytes)
         .with_context(detail::cat("single-copy read from ", info_->describe()));
   }
 
   // Copies `bytes` from `src` here to address `dst` in the peer's memory (same conditions).
-  Status write_remote(uint64_t dst, const void* src, size_t bytes) const {
-    return write_process_memory(info_->pid, same_process_, dst, src, bytes)
+  // Plain stores stream past the cache when `stream` is set (the caller fences before telling
+  // the peer).
+  Status write_remote(uint64_t dst, const void* src, size_t bytes, const RegionRef& region = {}, bool stream = false) {
+    if (char* v = view(region, dst, bytes)) {
+      copy_bytes(v, src, bytes, stream);
+      return {};
+    }
+    return write_process_memory(info_->pid, false, dst, src, bytes)
         .with_context(detail::cat("single-copy write to ", info_->describe()));
   }
 
@@ -155,6 +178,7 @@ class PeerPort {
   const AbortState* abort_;
   const Config* config_;
   bool same_process_;
+  std::unique_ptr<RemoteRegions> regions_;  // the peer's allocations mapped here, made on first use
 };
 
 DCOMM_NAMESPACE_END
