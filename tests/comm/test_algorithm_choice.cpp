@@ -7,12 +7,12 @@ using namespace dcomm;
 TEST_CASE("algorithm choice: direct for small all_reduce, single copy where measured faster, ring otherwise") {
   Config c;  // defaults: direct <= 4 KiB, single copy from 64 KiB (all_gather/broadcast), from 1 MiB (all_reduce, reduce_scatter; below 16 MiB out of place unless registered)
   auto pick = [&](OpKind k, size_t bytes, int ranks, bool single_copy, size_t eb = 4, bool in_place = false) {
-    return choose_algorithm({k, bytes / eb, eb, ranks, in_place}, c, single_copy);
+    return choose_algorithm({k, bytes / eb, eb, ranks, in_place}, c, single_copy).algorithm;
   };
   CHECK(pick(OpKind::kAllReduce, 8, 2, false) == Algorithm::kDirect);
   CHECK(pick(OpKind::kAllReduce, 4096, 8, false) == Algorithm::kDirect);
   CHECK(pick(OpKind::kAllReduce, 8192, 2, false) == Algorithm::kRing);
-  CHECK(pick(OpKind::kAllReduce, 8, 9, false) == Algorithm::kRing);  // all-peer algorithms stop at 8 ranks
+  CHECK(pick(OpKind::kAllReduce, 8, 9, false) == Algorithm::kRecursiveDoubling);  // direct stops at 8 ranks
   CHECK(pick(OpKind::kAllReduce, 8, 1, false) == Algorithm::kRing);
   CHECK(pick(OpKind::kAllReduce, 4 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kAllReduce, 4 << 20, 2, false) == Algorithm::kRing);
@@ -20,14 +20,14 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
   CHECK(pick(OpKind::kAllReduce, 64 << 20, 2, true) == Algorithm::kSingleCopyIfRegistered);
   CHECK(pick(OpKind::kAllReduce, 64 << 20, 2, true, 4, true) == Algorithm::kSingleCopy);  // unless in place
   CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) == Algorithm::kSingleCopy);
-  CHECK(pick(OpKind::kAllGather, 1 << 10, 4, true) == Algorithm::kRing);
+  CHECK(pick(OpKind::kAllGather, 1 << 10, 4, true) != Algorithm::kSingleCopy);  // below DCOMM_CMA_BYTES
   CHECK(pick(OpKind::kBroadcast, 1 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kReduceScatter, 1 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kReduceScatter, 64 << 20, 2, true) == Algorithm::kSingleCopyIfRegistered);
   CHECK(pick(OpKind::kReduceScatter, 256 << 10, 2, true) == Algorithm::kRing);  // 512 KiB input
   CHECK(pick(OpKind::kReduce, 1 << 20, 2, true) == Algorithm::kRing);
   c.cma_bytes = 0;  // 0 turns single copy off
-  CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) == Algorithm::kRing);
+  CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) != Algorithm::kSingleCopy);
 }
 
 TEST_CASE("call shape: nccl-tests' size column and streaming of large out-of-place outputs") {
@@ -41,4 +41,57 @@ TEST_CASE("call shape: nccl-tests' size column and streaming of large out-of-pla
   CHECK(stream_output({OpKind::kAllReduce, (32u << 20) / 4, 4, 2, false}, c));
   CHECK_FALSE(stream_output({OpKind::kAllReduce, (32u << 20) / 4, 4, 2, true}, c));  // in place: keep in cache
   CHECK_FALSE(stream_output({OpKind::kAllReduce, 1024, 4, 2, false}, c));
+}
+
+TEST_CASE("DCOMM_ALGO: names per collective, bare names where they apply, errors that name the entry") {
+  auto all = parse_algo("tree");
+  REQUIRE(all.ok());
+  CHECK((*all)[0] == "tree");  // all_reduce
+  CHECK((*all)[1].empty());    // reduce_scatter has no tree
+  CHECK((*all)[3] == "tree");  // broadcast
+  CHECK((*all)[4] == "tree");  // reduce
+  auto some = parse_algo("all_reduce:rabenseifner;reduce_scatter:halving_doubling,broadcast:ring");
+  REQUIRE(some.ok());
+  CHECK((*some)[0] == "rabenseifner");
+  CHECK((*some)[1] == "halving_doubling");
+  CHECK((*some)[2].empty());
+  CHECK((*some)[3] == "ring");
+  auto bad = parse_algo("reduce_scatter:tree");
+  CHECK(bad.status().code() == ErrorCode::kInvalidArgument);
+  CHECK(bad.status().message().find("'tree' is not an algorithm of reduce_scatter") != std::string::npos);
+  CHECK(parse_algo("nonsense").status().message().find("'nonsense' names no collective") != std::string::npos);
+  CHECK(parse_algo("").ok());
+
+  Config c;
+  c.algo = *some;
+  auto pick = [&](OpKind k, size_t bytes, int ranks, bool single_copy = false) {
+    return choose_algorithm({k, bytes / 4, 4, ranks, false}, c, single_copy);
+  };
+  CHECK(pick(OpKind::kAllReduce, 8, 4).algorithm == Algorithm::kRabenseifner);  // forced beats direct
+  CHECK(std::string(pick(OpKind::kAllReduce, 8, 4).reason) == "forced");
+  CHECK(pick(OpKind::kReduceScatter, 1 << 20, 3, true).algorithm == Algorithm::kHalvingDoubling);  // beats single copy
+  c.algo[0] = "direct";  // cannot run 1 MiB: the automatic choice instead
+  CHECK(pick(OpKind::kAllReduce, 1 << 20, 4).algorithm != Algorithm::kDirect);
+  c.algo[0] = "single_copy";  // not possible without cross-memory attach
+  CHECK(pick(OpKind::kAllReduce, 1 << 20, 4, false).algorithm != Algorithm::kSingleCopy);
+}
+
+TEST_CASE("cost model: latency algorithms for small messages on many ranks, bandwidth ones for large") {
+  Config c;
+  c.direct_bytes = 0;
+  auto pick = [&](OpKind k, size_t bytes, int ranks) {
+    return choose_algorithm({k, bytes / 4, 4, ranks, false}, c, false).algorithm;
+  };
+  CHECK(pick(OpKind::kAllReduce, 8, 8) == Algorithm::kRecursiveDoubling);
+  CHECK(pick(OpKind::kAllReduce, 8, 16) == Algorithm::kRecursiveDoubling);
+  CHECK(pick(OpKind::kAllReduce, 256 << 20, 8) != Algorithm::kRecursiveDoubling);  // log p x the bytes
+  CHECK(pick(OpKind::kAllGather, 64, 8) == Algorithm::kHalvingDoubling);
+  CHECK(pick(OpKind::kBroadcast, 64, 16) == Algorithm::kTree);
+  CHECK(pick(OpKind::kBroadcast, 256 << 20, 4) == Algorithm::kRing);  // the chain moves each byte once per rank
+  // Tree latency grows as log n, the ring's as n.
+  LinkModel m;
+  auto at = [&](Algorithm a, int n) { return predict_us(a, {OpKind::kAllReduce, 1, 4, n, false}, m); };
+  CHECK(at(Algorithm::kRing, 1024) / at(Algorithm::kRing, 32) > 30);
+  CHECK(at(Algorithm::kTree, 1024) / at(Algorithm::kTree, 32) < 2.1);
+  CHECK(at(Algorithm::kRecursiveDoubling, 1024) / at(Algorithm::kRecursiveDoubling, 32) < 2.1);
 }

@@ -12,8 +12,11 @@ using namespace dcomm;
 using namespace dcomm_test;
 
 namespace {
-void run_full_matrix(int size, TransportChoice transport) {
+void run_full_matrix(int size, TransportChoice transport, const std::string& algo = "") {
   Config config = test_config(transport);
+  auto forced = parse_algo(algo);
+  REQUIRE(forced.ok());
+  config.algo = *forced;
   auto comms = Communicator::create_local(size, config);
   REQUIRE_MESSAGE(comms.ok(), comms.status().message());
   std::mutex mu;
@@ -37,6 +40,18 @@ TEST_CASE("matrix, threads as ranks, in-process transport") {
   for (int size : {1, 2, 3, 4, 5, 8}) {
     CAPTURE(size);
     run_full_matrix(size, TransportChoice::kAuto);
+  }
+}
+
+// Each algorithm forced for every collective that has it (DCOMM_ALGO), on world sizes 1-8 and
+// 16, powers of two and not.
+TEST_CASE("matrix, threads as ranks, every algorithm forced") {
+  for (const char* algo : {"ring", "recursive_doubling", "rabenseifner;halving_doubling", "tree"}) {
+    for (int size : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
+      CAPTURE(algo);
+      CAPTURE(size);
+      run_full_matrix(size, TransportChoice::kAuto, algo);
+    }
   }
 }
 

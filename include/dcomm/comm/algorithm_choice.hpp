@@ -1,78 +1,102 @@
 // Which algorithm runs a collective. A pure function of the call and of facts every rank
 // shares (size, config, whether single copy works), so all ranks pick the same one: they must,
-// since the algorithms exchange different messages. The thresholds are measured choices
-// (docs/environment.md); issue 4's cost model replaces them.
+// since the algorithms exchange different messages.
+//
+// In order: an algorithm forced by DCOMM_ALGO (when it can run this call); single copy and
+// direct where their measured thresholds say (docs/environment.md); otherwise the cost model
+// (comm/cost_model.hpp) picks the candidate with the least predicted time, and
+// DCOMM_DEBUG_SUBSYS=TUNING logs every candidate's prediction.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
+#include <vector>
 
 #include "dcomm/algo/direct.hpp"
+#include "dcomm/comm/cost_model.hpp"
 #include "dcomm/comm/op.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
-// kSingleCopyIfRegistered: single copy when every rank's output came from dcomm::mem_alloc
-// (known to all ranks once the descriptors are swapped), else the ring.
-enum class Algorithm { kRing, kDirect, kSingleCopy, kSingleCopyIfRegistered };
-
-inline const char* to_string(Algorithm a) {
-  switch (a) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kSingleCopy: return "single-copy";
-    case Algorithm::kSingleCopyIfRegistered: return "single-copy-if-registered";
-  }
-  return "?";
-}
-
-struct CallShape {
-  OpKind kind;
-  size_t count;       // as in OpDesc
-  size_t elem_bytes;
-  int ranks;
-  bool in_place;
-
-  // nccl-tests' size: the largest buffer (all_gather's output, reduce_scatter's input).
-  size_t bytes() const {
-    bool per_rank = kind == OpKind::kAllGather || kind == OpKind::kReduceScatter;
-    return count * elem_bytes * (per_rank ? static_cast<size_t>(ranks) : 1);
-  }
-  size_t output_bytes() const {
-    return count * elem_bytes * (kind == OpKind::kAllGather ? static_cast<size_t>(ranks) : 1);
-  }
-};
-
-// The algorithms that talk to every peer (direct, single copy) connect them all; they serve
+// The algorithms that talk to every peer through single copy or one direct exchange serve
 // groups up to this size.
 inline constexpr int kAllPeerMaxRanks = 8;
 
-inline Algorithm choose_algorithm(const CallShape& c, const Config& config, bool single_copy) {
-  if (c.ranks < 2 || c.ranks > kAllPeerMaxRanks || c.count == 0) return Algorithm::kRing;
-  const size_t bytes = c.bytes();
-  // Small all_reduce: one exchange of whole buffers instead of 2(n-1) ring steps.
-  if (c.kind == OpKind::kAllReduce && bytes <= std::min({config.direct_bytes, kDirectMaxBytes, config.slot_bytes}))
-    return Algorithm::kDirect;
-  if (!single_copy) return Algorithm::kRing;
+// The collectives' index in Config::algo (DCOMM_ALGO).
+inline int algo_index(OpKind k) { return static_cast<int>(k); }
+
+// The algorithms that can run this call (the cost model's candidates, plus the measured ones).
+inline std::vector<Algorithm> candidates(const CallShape& c, const Config& config, bool single_copy) {
+  const bool all_peer = c.ranks >= 2 && c.ranks <= kAllPeerMaxRanks;
+  std::vector<Algorithm> out{Algorithm::kRing};
   switch (c.kind) {
-    case OpKind::kAllGather:
-    case OpKind::kBroadcast:
-      return config.cma_bytes && bytes >= config.cma_bytes ? Algorithm::kSingleCopy : Algorithm::kRing;
-    case OpKind::kReduceScatter:
     case OpKind::kAllReduce:
-      // Out of place past the streaming threshold, the ring (its staging stays in cache, its
-      // output is streamed) moves less memory than single copy through the kernel, whose
-      // writes into a peer's output read each line first (all_reduce) and whose reads pin
-      // every page (reduce_scatter). In place single copy stays ahead. With every rank's
-      // buffers from dcomm::mem_alloc, single copy reaches them by plain loads and streaming
-      // stores and wins at every size; the ranks learn that from the descriptors it swaps
-      // first, so this choice is deferred to them.
-      if (!config.cma_reduce_bytes || bytes < config.cma_reduce_bytes) return Algorithm::kRing;
-      return c.in_place || bytes < config.stream_bytes ? Algorithm::kSingleCopy : Algorithm::kSingleCopyIfRegistered;
-    default: return Algorithm::kRing;
+      if (all_peer && c.bytes() <= std::min({kDirectMaxBytes, config.slot_bytes})) out.push_back(Algorithm::kDirect);
+      out.insert(out.end(), {Algorithm::kRecursiveDoubling, Algorithm::kRabenseifner, Algorithm::kTree});
+      break;
+    case OpKind::kReduceScatter:
+    case OpKind::kAllGather: out.push_back(Algorithm::kHalvingDoubling); break;
+    case OpKind::kBroadcast:
+    case OpKind::kReduce: out.push_back(Algorithm::kTree); break;
+    default: break;
   }
+  if (single_copy && all_peer && c.kind != OpKind::kReduce) out.push_back(Algorithm::kSingleCopy);
+  return out;
+}
+
+struct Choice {
+  Algorithm algorithm;
+  const char* reason;  // "forced", "measured", "cost model"
+};
+
+inline Choice choose_algorithm(const CallShape& c, const Config& config, bool single_copy,
+                               const LinkModel& link = LinkModel{}) {
+  if (c.ranks < 2 || c.count == 0) return {Algorithm::kRing, "trivial"};
+  const auto allowed = candidates(c, config, single_copy);
+  auto can = [&](Algorithm a) { return std::find(allowed.begin(), allowed.end(), a) != allowed.end(); };
+  const std::string& forced = config.algo[static_cast<size_t>(algo_index(c.kind))];
+  if (!forced.empty() && can(algorithm_named(forced))) return {algorithm_named(forced), "forced"};
+  const size_t bytes = c.bytes();
+  const bool all_peer = c.ranks <= kAllPeerMaxRanks;
+  // Measured on one host (issue 3): one direct exchange for small all_reduce ...
+  if (c.kind == OpKind::kAllReduce && all_peer &&
+      bytes <= std::min({config.direct_bytes, kDirectMaxBytes, config.slot_bytes}))
+    return {Algorithm::kDirect, "measured"};
+  // ... and single copy for large messages where every rank can reach every other.
+  if (single_copy && all_peer) {
+    switch (c.kind) {
+      case OpKind::kAllGather:
+      case OpKind::kBroadcast:
+        if (config.cma_bytes && bytes >= config.cma_bytes) return {Algorithm::kSingleCopy, "measured"};
+        break;
+      case OpKind::kReduceScatter:
+      case OpKind::kAllReduce:
+        // Out of place past the streaming threshold, the ring (its staging stays in cache, its
+        // output is streamed) moves less memory than single copy through the kernel, whose
+        // writes into a peer's output read each line first (all_reduce) and whose reads pin
+        // every page (reduce_scatter). In place single copy stays ahead. With every rank's
+        // buffers from dcomm::mem_alloc, single copy reaches them by plain loads and streaming
+        // stores and wins at every size; the ranks learn that from the descriptors it swaps
+        // first, so this choice is deferred to them.
+        if (config.cma_reduce_bytes && bytes >= config.cma_reduce_bytes)
+          return {c.in_place || bytes < config.stream_bytes ? Algorithm::kSingleCopy
+                                                             : Algorithm::kSingleCopyIfRegistered,
+                  "measured"};
+        break;
+      default: break;
+    }
+  }
+  Algorithm best = Algorithm::kRing;
+  double best_us = predict_us(Algorithm::kRing, c, link);
+  for (Algorithm a : allowed) {
+    if (a == Algorithm::kSingleCopy || a == Algorithm::kDirect) continue;  // chosen by measurement above
+    double us = predict_us(a, c, link);
+    if (us < best_us) best = a, best_us = us;
+  }
+  return {best, "cost model"};
 }
 
 // Streaming stores pay off for a large output that is not also the input (in place, the

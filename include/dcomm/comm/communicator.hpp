@@ -31,6 +31,7 @@
 #include "dcomm/algo/chain.hpp"
 #include "dcomm/algo/direct.hpp"
 #include "dcomm/algo/p2p.hpp"
+#include "dcomm/algo/recursive.hpp"
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/algo/single_copy.hpp"
 #include "dcomm/bootstrap/launcher.hpp"
@@ -537,24 +538,47 @@ class Communicator {
     if (!reducer.ok()) return reducer.status();
     const size_t eb = reducer->elem_bytes;
     const CallShape shape{d.kind, d.count, eb, size_, in_place(d, eb)};
-    const Algorithm algorithm = choose_algorithm(shape, config_, single_copy_);
+    const Choice choice = choose_algorithm(shape, config_, single_copy_);
+    const Algorithm algorithm = choice.algorithm;
     DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
               to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(algorithm));
-    if (algorithm != Algorithm::kRing) {
-      DCOMM_RETURN_IF_ERROR(connect_all());
-      if (algorithm == Algorithm::kDirect) return direct_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
-      switch (d.kind) {
-        case OpKind::kAllGather: return single_copy_all_gather(all_ports_, rank_, d.send, d.recv, d.count * eb);
-        case OpKind::kBroadcast: return single_copy_broadcast(all_ports_, rank_, d.root, d.send, d.recv, d.count * eb);
-        default: {
-          const bool only_if_registered = algorithm == Algorithm::kSingleCopyIfRegistered;
-          auto ran = d.kind == OpKind::kReduceScatter
-                         ? single_copy_reduce_scatter(all_ports_, rank_, *reducer, d.send, d.recv, d.count,
-                                                      only_if_registered)
-                         : single_copy_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count,
-                                                  only_if_registered);
-          if (!ran.ok() || *ran) return ran.status();
-          DCOMM_LOG(kTrace, kSubsysColl, rank_, "not every buffer is from mem_alloc: ring instead");
+    if (Logger::instance().enabled(LogLevel::kInfo, kSubsysTuning)) log_tuning(shape, choice);
+    switch (algorithm) {
+      case Algorithm::kRing: break;
+      case Algorithm::kDirect:
+        DCOMM_RETURN_IF_ERROR(connect_all());
+        return direct_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
+      case Algorithm::kSingleCopy:
+      case Algorithm::kSingleCopyIfRegistered: {
+        DCOMM_RETURN_IF_ERROR(connect_all());
+        if (d.kind == OpKind::kAllGather) return single_copy_all_gather(all_ports_, rank_, d.send, d.recv, d.count * eb);
+        if (d.kind == OpKind::kBroadcast)
+          return single_copy_broadcast(all_ports_, rank_, d.root, d.send, d.recv, d.count * eb);
+        const bool only_if_registered = algorithm == Algorithm::kSingleCopyIfRegistered;
+        auto ran = d.kind == OpKind::kReduceScatter
+                       ? single_copy_reduce_scatter(all_ports_, rank_, *reducer, d.send, d.recv, d.count,
+                                                    only_if_registered)
+                       : single_copy_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count,
+                                                only_if_registered);
+        if (!ran.ok() || *ran) return ran.status();
+        DCOMM_LOG(kTrace, kSubsysColl, rank_, "not every buffer is from mem_alloc: ring instead");
+        break;
+      }
+      default: {  // the schedules over all peers (algo/recursive.hpp)
+        DCOMM_RETURN_IF_ERROR(connect_all());
+        const PeerSet ps{all_ports_, rank_, config_};
+        switch (d.kind) {
+          case OpKind::kAllReduce:
+            if (algorithm == Algorithm::kRecursiveDoubling)
+              return recursive_doubling_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
+            if (algorithm == Algorithm::kRabenseifner)
+              return rabenseifner_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
+            return tree_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
+          case OpKind::kReduceScatter: return halving_reduce_scatter(ps, *reducer, d.send, d.recv, d.count, scratch_);
+          case OpKind::kAllGather: return doubling_all_gather(ps, d.send, d.recv, d.count * eb);
+          case OpKind::kBroadcast: return tree_broadcast(ps, d.root, d.send, d.recv, d.count * eb);
+          case OpKind::kReduce: return tree_reduce(ps, *reducer, d.root, d.send, d.recv, d.count, scratch_);
+          default: return make_error(ErrorCode::kInternal, "no ", to_string(algorithm), " for ", to_string(d.kind));
         }
       }
     }
@@ -570,6 +594,15 @@ class Communicator {
       case OpKind::kReduce: return chain_reduce(prims, rank_, size_, d.root, b, *reducer);
       default: return make_error(ErrorCode::kInternal, "unhandled operation");
     }
+  }
+
+  // DCOMM_DEBUG_SUBSYS=TUNING: the choice and every candidate's predicted time.
+  void log_tuning(const CallShape& shape, const Choice& choice) const {
+    std::string line;
+    for (Algorithm a : candidates(shape, config_, single_copy_))
+      line += detail::cat(" ", to_string(a), "=", predict_us(a, shape, LinkModel{}), "us");
+    DCOMM_LOG(kInfo, kSubsysTuning, rank_, to_string(shape.kind), " ", shape.bytes(), " bytes on ", shape.ranks,
+              " ranks: ", to_string(choice.algorithm), " (", choice.reason, "); predicted:", line);
   }
 
   // In place as every rank sees it alike: reduce_scatter's output is block `rank` of its
@@ -597,6 +630,7 @@ class Communicator {
     return ports;
   }
 
+  std::vector<char> scratch_;  // working memory of the schedules over all peers, reused
   int rank_ = 0, size_ = 1;
   int local_rank_ = 0, local_size_ = 0;
   std::string prefix_;

@@ -2,6 +2,7 @@
 // is an error that names the variable, not a silent default.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -44,6 +45,49 @@ inline Result<long long> env_size(const char* name, long long fallback, long lon
 
 enum class TransportChoice { kAuto, kInproc, kShm, kTcp };
 
+// The collectives an algorithm can be forced for (DCOMM_ALGO), in OpKind order, and the
+// algorithm names each accepts ("ring" is the chain for broadcast and reduce).
+inline constexpr const char* kAlgoCollectives[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
+inline bool algo_valid_for(const std::string& name, int collective) {
+  static const char* const kValid[][7] = {
+      {"ring", "direct", "single_copy", "recursive_doubling", "rabenseifner", "tree", nullptr},
+      {"ring", "single_copy", "halving_doubling", nullptr},
+      {"ring", "single_copy", "halving_doubling", nullptr},
+      {"ring", "single_copy", "tree", nullptr},
+      {"ring", "tree", nullptr}};
+  for (const char* const* v = kValid[collective]; *v; ++v)
+    if (name == *v) return true;
+  return false;
+}
+
+// DCOMM_ALGO, as NCCL_ALGO: entries separated by ';' or ',', each "name" (every collective that
+// has it) or "collective:name". Returns the forced name per collective ("" = automatic).
+inline Result<std::array<std::string, 5>> parse_algo(const std::string& text) {
+  std::array<std::string, 5> forced;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find_first_of(";,", start);
+    if (end == std::string::npos) end = text.size();
+    std::string entry = text.substr(start, end - start);
+    start = end + 1;
+    if (entry.empty()) continue;
+    size_t colon = entry.find(':');
+    std::string name = colon == std::string::npos ? entry : entry.substr(colon + 1);
+    bool applied = false;
+    for (int k = 0; k < 5; ++k) {
+      if (colon != std::string::npos && entry.substr(0, colon) != kAlgoCollectives[k]) continue;
+      if (colon != std::string::npos && !algo_valid_for(name, k))
+        return invalid_argument("DCOMM_ALGO: '", name, "' is not an algorithm of ", kAlgoCollectives[k]);
+      if (algo_valid_for(name, k)) forced[static_cast<size_t>(k)] = name, applied = true;
+    }
+    if (!applied)
+      return invalid_argument("DCOMM_ALGO: '", entry, "' names no collective's algorithm (collectives: all_reduce, ",
+                              "reduce_scatter, all_gather, broadcast, reduce; algorithms: ring, direct, single_copy, ",
+                              "recursive_doubling, rabenseifner, halving_doubling, tree)");
+  }
+  return forced;
+}
+
 struct Config {
   // Longest a wait may go without progress before the call fails (DCOMM_TIMEOUT_MS).
   std::chrono::milliseconds timeout{60'000};
@@ -76,6 +120,8 @@ struct Config {
   // DCOMM_CMA_REDUCE_BYTES: all_reduce calls from this size up to stream_bytes reduce straight
   // from the peers' inputs (single copy); 0 turns that off.
   size_t cma_reduce_bytes = 1u << 20;
+  // DCOMM_ALGO: an algorithm forced per collective (see parse_algo); empty = the cost model's.
+  std::array<std::string, 5> algo;
 
   static Result<Config> from_env() {
     Config c;
@@ -108,6 +154,9 @@ struct Config {
     else if (t == "shm") c.transport = TransportChoice::kShm;
     else if (t == "tcp") c.transport = TransportChoice::kTcp;
     else return invalid_argument("DCOMM_TRANSPORT='", t, "' is not one of auto, inproc, shm, tcp");
+    auto algo = parse_algo(env_or("DCOMM_ALGO"));
+    if (!algo.ok()) return algo.status();
+    c.algo = *algo;
     c.socket_ifname = env_or("DCOMM_SOCKET_IFNAME");
     c.shm_dir = env_or("DCOMM_SHM_DIR", c.shm_dir);
     return c;

@@ -27,6 +27,7 @@ enum LogSubsys : unsigned {
   kSubsysColl = 1u << 3,
   kSubsysP2P = 1u << 4,
   kSubsysProxy = 1u << 5,
+  kSubsysTuning = 1u << 6,
   kSubsysAll = ~0u,
 };
 
@@ -76,7 +77,7 @@ class Logger {
     while (pos <= spec.size()) {
       size_t comma = spec.find(',', pos);
       std::string name = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      for (unsigned bit = 1; bit != 0 && bit <= kSubsysProxy; bit <<= 1)
+      for (unsigned bit = 1; bit != 0 && bit <= kSubsysTuning; bit <<= 1)
         if (name == subsys_name(bit)) mask |= bit;
       if (name == "ALL") mask = kSubsysAll;
       if (comma == std::string::npos) break;
@@ -100,6 +101,7 @@ class Logger {
       case kSubsysColl: return "COLL";
       case kSubsysP2P: return "P2P";
       case kSubsysProxy: return "PROXY";
+      case kSubsysTuning: return "TUNING";
       default: return "ALL";
     }
   }

@@ -1,0 +1,114 @@
+// The cost model behind the algorithm choice: time = latency x steps + bytes / bandwidth, per
+// algorithm, from the call's shape and a link model (alpha: microseconds per dependent message
+// step; beta: microseconds per byte moved to a peer; gamma: microseconds per byte reduced).
+// Pure functions, so every rank predicts the same times; the steps and bytes of each
+// algorithm are those of docs/algorithms.md.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <string>
+
+#include "dcomm/comm/op.hpp"
+#include "dcomm/core/config.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+// kSingleCopyIfRegistered: single copy when every rank's buffers came from dcomm::mem_alloc
+// (known to all ranks once the descriptors are swapped), else the ring.
+enum class Algorithm {
+  kRing,
+  kDirect,
+  kSingleCopy,
+  kSingleCopyIfRegistered,
+  kRecursiveDoubling,
+  kRabenseifner,
+  kHalvingDoubling,
+  kTree
+};
+
+inline const char* to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kDirect: return "direct";
+    case Algorithm::kSingleCopy: return "single_copy";
+    case Algorithm::kSingleCopyIfRegistered: return "single_copy_if_registered";
+    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
+    case Algorithm::kRabenseifner: return "rabenseifner";
+    case Algorithm::kHalvingDoubling: return "halving_doubling";
+    case Algorithm::kTree: return "tree";
+  }
+  return "?";
+}
+
+inline Algorithm algorithm_named(const std::string& name) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect, Algorithm::kSingleCopy, Algorithm::kRecursiveDoubling,
+                      Algorithm::kRabenseifner, Algorithm::kHalvingDoubling, Algorithm::kTree})
+    if (name == to_string(a)) return a;
+  return Algorithm::kRing;
+}
+
+struct CallShape {
+  OpKind kind;
+  size_t count;       // as in OpDesc
+  size_t elem_bytes;
+  int ranks;
+  bool in_place;
+
+  // nccl-tests' size: the largest buffer (all_gather's output, reduce_scatter's input).
+  size_t bytes() const {
+    bool per_rank = kind == OpKind::kAllGather || kind == OpKind::kReduceScatter;
+    return count * elem_bytes * (per_rank ? static_cast<size_t>(ranks) : 1);
+  }
+  size_t output_bytes() const {
+    return count * elem_bytes * (kind == OpKind::kAllGather ? static_cast<size_t>(ranks) : 1);
+  }
+};
+
+struct LinkModel {
+  double alpha_us = 0.3;        // one message step between two ranks (slot handoff)
+  double beta_us_per_byte = 1.0 / 5000;   // 5 GB/s through a staging FIFO (a copy in, a copy out)
+  double gamma_us_per_byte = 1.0 / 10000; // 10 GB/s reduction (two reads, one write)
+  size_t slice_bytes = 512 * 1024;        // pipeline unit of the trees and chains (one slot)
+};
+
+// Predicted microseconds of algorithm `a` for call `c` (per rank; the slowest rank's time).
+inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m) {
+  const double n = c.ranks, S = static_cast<double>(c.bytes());
+  double p = 1;
+  while (p * 2 <= n) p *= 2;
+  const double L = std::log2(p), fold = n > p ? 1 : 0;
+  const double depth = std::floor(std::log2(n));
+  const double slice = std::min(S, static_cast<double>(m.slice_bytes));
+  const double al = m.alpha_us, be = m.beta_us_per_byte, ga = m.gamma_us_per_byte;
+  if (n < 2) return 0;
+  switch (c.kind) {
+    case OpKind::kAllReduce:
+      switch (a) {
+        case Algorithm::kRecursiveDoubling: return (L + 2 * fold) * al + (L + 2 * fold) * S * be + (L + fold) * S * ga;
+        case Algorithm::kRabenseifner:
+          return (2 * L + 2 * fold) * al + (2 * (p - 1) / p + 2 * fold) * S * be + ((p - 1) / p + fold) * S * ga;
+        case Algorithm::kTree:  // reduce then broadcast, each pipelined down a binary tree
+          return 2 * depth * al + 2 * (depth - 1) * slice * (be + ga) + 4 * S * be + 2 * S * ga;
+        case Algorithm::kDirect: return al + (n - 1) * S * (be + ga);
+        default: return 2 * (n - 1) * al + 2 * (n - 1) / n * S * be + (n - 1) / n * S * ga;
+      }
+    case OpKind::kReduceScatter:
+      if (a == Algorithm::kHalvingDoubling)  // plus a working copy of the input
+        return (L + 2 * fold) * al + ((p - 1) / p + fold + fold / n) * S * be + ((p - 1) / p + fold + 1) * S * ga;
+      return (n - 1) * al + (n - 1) / n * S * (be + ga);
+    case OpKind::kAllGather:
+      if (a == Algorithm::kHalvingDoubling) return (L + 2 * fold) * al + ((p - 1) / p + fold) * S * be;
+      return (n - 1) * al + (n - 1) / n * S * be;
+    case OpKind::kBroadcast:
+      if (a == Algorithm::kTree) return depth * al + (depth - 1) * slice * be + 2 * S * be;
+      return (n - 1) * al + (n - 2) * slice * be + S * be;
+    case OpKind::kReduce:
+      if (a == Algorithm::kTree) return depth * al + (depth - 1) * slice * (be + ga) + 2 * S * (be + ga);
+      return (n - 1) * al + (n - 2) * slice * (be + ga) + S * (be + ga);
+    default: return 0;
+  }
+}
+
+DCOMM_NAMESPACE_END
