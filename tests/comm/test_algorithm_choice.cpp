@@ -10,7 +10,7 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
     return choose_algorithm({k, bytes / eb, eb, ranks, in_place}, c, single_copy).algorithm;
   };
   CHECK(pick(OpKind::kAllReduce, 8, 2, false) == Algorithm::kDirect);
-  CHECK(pick(OpKind::kAllReduce, 4096, 8, false) == Algorithm::kDirect);
+  CHECK(pick(OpKind::kAllReduce, 4096, 2, false) == Algorithm::kDirect);  // measured on 2 ranks; the model weighs it on more
   CHECK(pick(OpKind::kAllReduce, 8192, 2, false) == Algorithm::kRing);
   CHECK(pick(OpKind::kAllReduce, 8, 9, false) == Algorithm::kRecursiveDoubling);  // direct stops at 8 ranks
   CHECK(pick(OpKind::kAllReduce, 8, 1, false) == Algorithm::kRing);

@@ -61,10 +61,10 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
   if (!forced.empty() && can(algorithm_named(forced))) return {algorithm_named(forced), "forced"};
   const size_t bytes = c.bytes();
   const bool all_peer = c.ranks <= kAllPeerMaxRanks;
-  // Measured on one host (issue 3): one direct exchange for small all_reduce ...
-  if (c.kind == OpKind::kAllReduce && all_peer &&
-      bytes <= std::min({config.direct_bytes, kDirectMaxBytes, config.slot_bytes}))
-    return {Algorithm::kDirect, "measured"};
+  // Measured on one host (issue 3): one direct exchange for small all_reduce on two ranks
+  // (on more, the cost model weighs its (n-1) x the bytes) ...
+  const bool direct = all_peer && bytes <= std::min({config.direct_bytes, kDirectMaxBytes, config.slot_bytes});
+  if (c.kind == OpKind::kAllReduce && direct && c.ranks == 2) return {Algorithm::kDirect, "measured"};
   // ... and single copy for large messages where every rank can reach every other.
   if (single_copy && all_peer) {
     switch (c.kind) {
@@ -92,7 +92,7 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
   Algorithm best = Algorithm::kRing;
   double best_us = predict_us(Algorithm::kRing, c, link);
   for (Algorithm a : allowed) {
-    if (a == Algorithm::kSingleCopy || a == Algorithm::kDirect) continue;  // chosen by measurement above
+    if (a == Algorithm::kSingleCopy || (a == Algorithm::kDirect && !direct)) continue;  // measured above
     double us = predict_us(a, c, link);
     if (us < best_us) best = a, best_us = us;
   }

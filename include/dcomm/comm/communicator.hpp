@@ -358,7 +358,7 @@ class Communicator {
       config_.spin_iterations = local_size_ > cores ? 16 : 2000;
     }
 
-    DCOMM_RETURN_IF_ERROR(probe_single_copy());
+    DCOMM_RETURN_IF_ERROR(agree_on_host_facts());
 
     MeshPlan plan{std::vector<bool>(static_cast<size_t>(size)), std::vector<int>(static_cast<size_t>(size))};
     bool need_proxy = false;
@@ -423,27 +423,39 @@ class Communicator {
     return {};
   }
 
-  // Single copy needs every rank on this host, over shared memory or threads, and every rank
-  // able to read every other; each rank probes its peers and the store collects the verdicts,
-  // so all ranks decide alike.
-  Status probe_single_copy() {
-    if (size_ < 2 || (config_.cma_bytes == 0 && config_.cma_reduce_bytes == 0)) return {};
-    bool ok = true;
-    for (int p = 0; p < size_; ++p) {
+  // Facts every rank must agree on, collected through the store: whether single copy works
+  // (every rank on this host, over shared memory or threads, and able to read every other;
+  // each rank probes its peers) and the most ranks per core on any host (the cost model's link
+  // parameters depend on it).
+  Status agree_on_host_facts() {
+    if (size_ < 2) return {};
+    bool ok = config_.cma_bytes != 0 || config_.cma_reduce_bytes != 0;
+    for (int p = 0; p < size_ && ok; ++p) {
       if (p == rank_) continue;
       const PeerInfo& peer = peers_[static_cast<size_t>(p)];
       bool same_process = peer.process_id == peers_[static_cast<size_t>(rank_)].process_id;
-      ok = ok && kinds_[static_cast<size_t>(p)] != TransportChoice::kTcp &&
+      ok = kinds_[static_cast<size_t>(p)] != TransportChoice::kTcp &&
            can_read_process(peer.pid, same_process, peer.probe_addr);
     }
-    DCOMM_RETURN_IF_ERROR(store_->set(detail::cat(prefix_, "/cma/", rank_), ok ? "1" : "0"));
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    const int load_milli = local_size_ * 1000 / std::max(cores, 1);
+    DCOMM_RETURN_IF_ERROR(store_->set(detail::cat(prefix_, "/facts/", rank_), detail::cat(ok ? 1 : 0, " ", load_milli)));
     single_copy_ = true;
+    int max_load_milli = 0;
     for (int p = 0; p < size_; ++p) {
-      auto v = store_->get(detail::cat(prefix_, "/cma/", p));
+      auto v = store_->get(detail::cat(prefix_, "/facts/", p));
       if (!v.ok()) return v.status();
-      single_copy_ = single_copy_ && *v == "1";
+      int verdict = 0, load = 0;
+      if (std::sscanf(v->c_str(), "%d %d", &verdict, &load) != 2)
+        return make_error(ErrorCode::kInternal, "rank ", p, " published unreadable host facts '", *v, "'");
+      single_copy_ = single_copy_ && verdict == 1;
+      max_load_milli = std::max(max_load_milli, load);
     }
-    DCOMM_LOG(kInfo, kSubsysInit, rank_, "single-copy (cross-memory attach) ", single_copy_ ? "on" : "off");
+    link_ = LinkModel::for_load(max_load_milli / 1000.0);
+    DCOMM_LOG(kInfo, kSubsysInit, rank_, "single-copy (cross-memory attach) ", single_copy_ ? "on" : "off",
+              "; up to ", max_load_milli / 1000.0, " ranks per core: step latency modelled as ", link_.alpha_us, " us");
     return {};
   }
 
@@ -538,7 +550,7 @@ class Communicator {
     if (!reducer.ok()) return reducer.status();
     const size_t eb = reducer->elem_bytes;
     const CallShape shape{d.kind, d.count, eb, size_, in_place(d, eb)};
-    const Choice choice = choose_algorithm(shape, config_, single_copy_);
+    const Choice choice = choose_algorithm(shape, config_, single_copy_, link_);
     const Algorithm algorithm = choice.algorithm;
     DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
               to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(algorithm));
@@ -600,7 +612,7 @@ class Communicator {
   void log_tuning(const CallShape& shape, const Choice& choice) const {
     std::string line;
     for (Algorithm a : candidates(shape, config_, single_copy_))
-      line += detail::cat(" ", to_string(a), "=", predict_us(a, shape, LinkModel{}), "us");
+      line += detail::cat(" ", to_string(a), "=", predict_us(a, shape, link_), "us");
     DCOMM_LOG(kInfo, kSubsysTuning, rank_, to_string(shape.kind), " ", shape.bytes(), " bytes on ", shape.ranks,
               " ranks: ", to_string(choice.algorithm), " (", choice.reason, "); predicted:", line);
   }
@@ -647,7 +659,8 @@ class Communicator {
   std::vector<Transport*> transports_;
   std::vector<std::unique_ptr<PeerPort>> ports_;
   std::vector<PeerPort*> all_ports_;  // every peer's port, once an all-peer algorithm connected them
-  bool single_copy_ = false;          // every rank can read every other's memory (probe_single_copy)
+  LinkModel link_;                    // the cost model's link parameters (agree_on_host_facts)
+  bool single_copy_ = false;          // every rank can read every other's memory (agree_on_host_facts)
   int split_count_ = 0;
   Executor executor_;  // last: its worker is joined before anything it uses is destroyed
 };
