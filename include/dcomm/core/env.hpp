@@ -117,8 +117,9 @@ struct Config {
   // peers' buffers (cross-memory attach) when every rank is on one host and can read every
   // other; 0 turns that off.
   size_t cma_bytes = 64u << 10;
-  // DCOMM_CMA_REDUCE_BYTES: all_reduce calls from this size up to stream_bytes reduce straight
-  // from the peers' inputs (single copy); 0 turns that off.
+  // DCOMM_CMA_REDUCE_BYTES: all_reduce and reduce_scatter calls from this size reduce straight
+  // from the peers' inputs (single copy; out of place from stream_bytes only when every rank's
+  // buffers are from dcomm::mem_alloc); 0 turns that off.
   size_t cma_reduce_bytes = 1u << 20;
   // DCOMM_ALGO: an algorithm forced per collective (see parse_algo); empty = the cost model's.
   std::array<std::string, 5> algo;
