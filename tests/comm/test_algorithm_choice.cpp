@@ -95,3 +95,21 @@ TEST_CASE("cost model: latency algorithms for small messages on many ranks, band
   CHECK(at(Algorithm::kTree, 1024) / at(Algorithm::kTree, 32) < 2.1);
   CHECK(at(Algorithm::kRecursiveDoubling, 1024) / at(Algorithm::kRecursiveDoubling, 32) < 2.1);
 }
+
+TEST_CASE("cost model across hosts: hierarchical when hosts hold several ranks each") {
+  Config c;
+  LinkModel m;
+  auto pick = [&](size_t bytes, int ranks, int hosts) {
+    return choose_algorithm({OpKind::kAllReduce, bytes / 4, 4, ranks, false, hosts}, c, false, m).algorithm;
+  };
+  CHECK(pick(1 << 20, 64, 8) == Algorithm::kHierarchical);  // 8 ranks per host
+  CHECK(pick(8, 64, 8) == Algorithm::kRecursiveDoubling);   // latency: log2(64) network steps
+  CHECK(pick(1 << 30, 64, 8) == Algorithm::kRing);          // bandwidth: one network crossing per host
+  CHECK(pick(1 << 20, 16, 2) == Algorithm::kHierarchical);
+  CHECK(pick(64 << 20, 8, 8) != Algorithm::kHierarchical);    // one rank per host: nothing to gain
+  CHECK(pick(64 << 20, 8, 1) != Algorithm::kHierarchical);    // one host
+  // One host's ranks across the network cost more than the same ranks on one host.
+  CallShape one{OpKind::kAllReduce, 1 << 20, 4, 16, false, 1}, two = one;
+  two.hosts = 2;
+  CHECK(predict_us(Algorithm::kRing, two, m) > predict_us(Algorithm::kRing, one, m));
+}

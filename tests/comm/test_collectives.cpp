@@ -12,8 +12,9 @@ using namespace dcomm;
 using namespace dcomm_test;
 
 namespace {
-void run_full_matrix(int size, TransportChoice transport, const std::string& algo = "") {
+void run_full_matrix(int size, TransportChoice transport, const std::string& algo = "", int ranks_per_host = 0) {
   Config config = test_config(transport);
+  config.test_ranks_per_host = ranks_per_host;
   auto forced = parse_algo(algo);
   REQUIRE(forced.ok());
   config.algo = *forced;
@@ -51,6 +52,17 @@ TEST_CASE("matrix, threads as ranks, every algorithm forced") {
       CAPTURE(algo);
       CAPTURE(size);
       run_full_matrix(size, TransportChoice::kAuto, algo);
+    }
+  }
+}
+
+// Hosts of 1, 2 and 3 ranks (pretended: DCOMM_TEST_RANKS_PER_HOST), uneven last hosts included.
+TEST_CASE("matrix, threads as ranks, hierarchical all_reduce over pretended hosts") {
+  for (int per_host : {1, 2, 3}) {
+    for (int size : {2, 4, 5, 8, 16}) {
+      CAPTURE(per_host);
+      CAPTURE(size);
+      run_full_matrix(size, TransportChoice::kAuto, "all_reduce:hierarchical", per_host);
     }
   }
 }

@@ -30,6 +30,7 @@
 
 #include "dcomm/algo/chain.hpp"
 #include "dcomm/algo/direct.hpp"
+#include "dcomm/algo/hierarchical.hpp"
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/algo/recursive.hpp"
 #include "dcomm/algo/ring.hpp"
@@ -350,6 +351,15 @@ class Communicator {
       if (p.rank < rank) ++local_rank_;
       ++local_size_;
     }
+    // Hosts numbered in order of their first rank (DCOMM_TEST_RANKS_PER_HOST pretends).
+    std::vector<std::string> hosts;
+    for (const auto& p : peers_) {
+      int h = config_.test_ranks_per_host > 0 ? p.rank / config_.test_ranks_per_host
+                                              : static_cast<int>(std::find(hosts.begin(), hosts.end(), p.host_id) - hosts.begin());
+      if (config_.test_ranks_per_host == 0 && h == static_cast<int>(hosts.size())) hosts.push_back(p.host_id);
+      host_of_.push_back(h);
+    }
+    hosts_ = host_of_.empty() ? 1 : *std::max_element(host_of_.begin(), host_of_.end()) + 1;
     DCOMM_RETURN_IF_ERROR(choose_transports());
     if (config_.spin_iterations < 0) {
       cpu_set_t cpus;
@@ -549,7 +559,7 @@ class Communicator {
     auto reducer = make_host_reducer(d.type, d.op, size_);
     if (!reducer.ok()) return reducer.status();
     const size_t eb = reducer->elem_bytes;
-    const CallShape shape{d.kind, d.count, eb, size_, in_place(d, eb)};
+    const CallShape shape{d.kind, d.count, eb, size_, in_place(d, eb), hosts_};
     const Choice choice = choose_algorithm(shape, config_, single_copy_, link_);
     const Algorithm algorithm = choice.algorithm;
     DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
@@ -581,6 +591,8 @@ class Communicator {
         const PeerSet ps{all_ports_, rank_, config_};
         switch (d.kind) {
           case OpKind::kAllReduce:
+            if (algorithm == Algorithm::kHierarchical)
+              return hierarchical_all_reduce(ps, host_of_, *reducer, d.send, d.recv, d.count, scratch_);
             if (algorithm == Algorithm::kRecursiveDoubling)
               return recursive_doubling_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
             if (algorithm == Algorithm::kRabenseifner)
@@ -659,6 +671,8 @@ class Communicator {
   std::vector<Transport*> transports_;
   std::vector<std::unique_ptr<PeerPort>> ports_;
   std::vector<PeerPort*> all_ports_;  // every peer's port, once an all-peer algorithm connected them
+  std::vector<int> host_of_;          // host index of each rank, numbered by first rank
+  int hosts_ = 1;
   LinkModel link_;                    // the cost model's link parameters (agree_on_host_facts)
   bool single_copy_ = false;          // every rank can read every other's memory (agree_on_host_facts)
   int split_count_ = 0;

@@ -25,7 +25,8 @@ enum class Algorithm {
   kRecursiveDoubling,
   kRabenseifner,
   kHalvingDoubling,
-  kTree
+  kTree,
+  kHierarchical
 };
 
 inline const char* to_string(Algorithm a) {
@@ -38,13 +39,14 @@ inline const char* to_string(Algorithm a) {
     case Algorithm::kRabenseifner: return "rabenseifner";
     case Algorithm::kHalvingDoubling: return "halving_doubling";
     case Algorithm::kTree: return "tree";
+    case Algorithm::kHierarchical: return "hierarchical";
   }
   return "?";
 }
 
 inline Algorithm algorithm_named(const std::string& name) {
   for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect, Algorithm::kSingleCopy, Algorithm::kRecursiveDoubling,
-                      Algorithm::kRabenseifner, Algorithm::kHalvingDoubling, Algorithm::kTree})
+                      Algorithm::kRabenseifner, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kHierarchical})
     if (name == to_string(a)) return a;
   return Algorithm::kRing;
 }
@@ -55,6 +57,7 @@ struct CallShape {
   size_t elem_bytes;
   int ranks;
   bool in_place;
+  int hosts = 1;  // hosts the ranks are on (each with at most ceil(ranks / hosts) of them)
 
   // nccl-tests' size: the largest buffer (all_gather's output, reduce_scatter's input).
   size_t bytes() const {
@@ -72,6 +75,9 @@ struct LinkModel {
   double gamma_us_per_byte = 1.0 / 10000;  // 10 GB/s reduction (two reads, one write)
   size_t slice_bytes = 512 * 1024;         // pipeline unit of the trees and chains (one slot)
   size_t cache_bytes = 1 << 20;            // messages up to this size are modelled as in cache
+  // Between hosts (TCP by default): a step and a byte over the network.
+  double net_alpha_us = 20;
+  double net_beta_us_per_byte = 1.0 / 1000;  // 1 GB/s
 
   // With more ranks than cores on a host (`load` = ranks per core, the largest on any host),
   // each rank gets 1/load of a core for its copies, and a step waits for the peer to be
@@ -95,8 +101,32 @@ inline constexpr double kRabenseifnerBytesFactor = 4.7;
 inline constexpr double kTreeBytesFactor = 0.7;
 inline constexpr double kHalvingDoublingBytesFactor = 2.3;
 
+inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m);
+
+// Hierarchical all_reduce: a binary tree reduce and broadcast within each host, Rabenseifner
+// among the hosts' leaders over the network.
+inline double predict_hierarchical_us(const CallShape& c, const LinkModel& m) {
+  CallShape local = c, leaders = c;
+  local.ranks = (c.ranks + c.hosts - 1) / c.hosts, local.hosts = 1;
+  leaders.ranks = c.hosts, leaders.hosts = c.hosts;
+  return predict_us(Algorithm::kTree, local, m) + predict_us(Algorithm::kRabenseifner, leaders, m);
+}
+
 // Predicted microseconds of algorithm `a` for call `c` (per rank; the slowest rank's time).
-inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m) {
+// Across hosts every flat algorithm has steps that cross the network, so its steps and
+// bytes are costed at the network's parameters.
+inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in) {
+  if (a == Algorithm::kHierarchical) return c.hosts > 1 ? predict_hierarchical_us(c, m_in) : 1e300;
+  LinkModel m = m_in;
+  if (c.hosts > 1) {
+    // A ring ordered by host crosses each host's network link once; the other schedules have
+    // every rank of a host send across the network at once, sharing its link.
+    const double per_host = std::ceil(static_cast<double>(c.ranks) / c.hosts);
+    m.alpha_us = m.net_alpha_us;
+    m.beta_us_per_byte = m.net_beta_us_per_byte * (a == Algorithm::kRing ? 1.0 : per_host);
+  }
+  // The byte factors are memory passes; over the network the link, not memory, is the limit.
+  auto local = [&](double factor) { return c.hosts > 1 ? 1.0 : factor; };
   const double n = c.ranks, S = static_cast<double>(c.bytes());
   double p = 1;
   while (p * 2 <= n) p *= 2;
@@ -106,18 +136,19 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m) {
   // Messages that stay in cache copy and reduce about 4x faster (measured at 32 KiB against
   // 4 MiB and up on 8 ranks).
   const double in_cache = S <= static_cast<double>(m.cache_bytes) ? 0.25 : 1.0;
-  const double al = m.alpha_us, be = m.beta_us_per_byte * in_cache, ga = m.gamma_us_per_byte * in_cache;
+  const double al = m.alpha_us, ga = m.gamma_us_per_byte * in_cache;
+  const double be = m.beta_us_per_byte * (c.hosts > 1 ? 1.0 : in_cache);  // the network is no faster for it
   if (n < 2) return 0;
   switch (c.kind) {
     case OpKind::kAllReduce:
       switch (a) {
         case Algorithm::kRecursiveDoubling:
-          return (L + 2 * fold) * al + kRecursiveDoublingBytesFactor * ((L + 2 * fold) * S * be + (L + fold) * S * ga);
+          return (L + 2 * fold) * al + local(kRecursiveDoublingBytesFactor) * ((L + 2 * fold) * S * be + (L + fold) * S * ga);
         case Algorithm::kRabenseifner:
           return (2 * L + 2 * fold) * al +
-                 kRabenseifnerBytesFactor * ((2 * (p - 1) / p + 2 * fold) * S * be + ((p - 1) / p + fold) * S * ga);
+                 local(kRabenseifnerBytesFactor) * ((2 * (p - 1) / p + 2 * fold) * S * be + ((p - 1) / p + fold) * S * ga);
         case Algorithm::kTree:  // reduce then broadcast, each pipelined down a binary tree
-          return 2 * depth * al + kTreeBytesFactor * (2 * (depth - 1) * slice * (be + ga) + 4 * S * be + 2 * S * ga);
+          return 2 * depth * al + local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 4 * S * be + 2 * S * ga);
         // Every rank waits for all n-1 others to have sent: about (n-1)/2 steps when they
         // share cores (measured 3.3 steps at 8 ranks on 2 cores).
         case Algorithm::kDirect: return std::max(1.0, (n - 1) / 2) * al + (n - 1) * S * (be + ga);
@@ -126,17 +157,17 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m) {
     case OpKind::kReduceScatter:
       if (a == Algorithm::kHalvingDoubling)  // plus a working copy of the input
         return (L + 2 * fold) * al +
-               kHalvingDoublingBytesFactor * (((p - 1) / p + fold + fold / n) * S * be + ((p - 1) / p + fold + 1) * S * ga);
+               local(kHalvingDoublingBytesFactor) * (((p - 1) / p + fold + fold / n) * S * be + ((p - 1) / p + fold + 1) * S * ga);
       return (n - 1) * al + (n - 1) / n * S * (be + ga);
     case OpKind::kAllGather:
       if (a == Algorithm::kHalvingDoubling)
-        return (L + 2 * fold) * al + kHalvingDoublingBytesFactor * ((p - 1) / p + fold) * S * be;
+        return (L + 2 * fold) * al + local(kHalvingDoublingBytesFactor) * ((p - 1) / p + fold) * S * be;
       return (n - 1) * al + (n - 1) / n * S * be;
     case OpKind::kBroadcast:
-      if (a == Algorithm::kTree) return depth * al + kTreeBytesFactor * ((depth - 1) * slice * be + 2 * S * be);
+      if (a == Algorithm::kTree) return depth * al + local(kTreeBytesFactor) * ((depth - 1) * slice * be + 2 * S * be);
       return (n - 1) * al + (n - 2) * slice * be + S * be;
     case OpKind::kReduce:
-      if (a == Algorithm::kTree) return depth * al + kTreeBytesFactor * ((depth - 1) * slice + 2 * S) * (be + ga);
+      if (a == Algorithm::kTree) return depth * al + local(kTreeBytesFactor) * ((depth - 1) * slice + 2 * S) * (be + ga);
       return (n - 1) * al + (n - 2) * slice * (be + ga) + S * (be + ga);
     default: return 0;
   }

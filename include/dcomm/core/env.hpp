@@ -49,8 +49,8 @@ enum class TransportChoice { kAuto, kInproc, kShm, kTcp };
 // algorithm names each accepts ("ring" is the chain for broadcast and reduce).
 inline constexpr const char* kAlgoCollectives[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
 inline bool algo_valid_for(const std::string& name, int collective) {
-  static const char* const kValid[][7] = {
-      {"ring", "direct", "single_copy", "recursive_doubling", "rabenseifner", "tree", nullptr},
+  static const char* const kValid[][8] = {
+      {"ring", "direct", "single_copy", "recursive_doubling", "rabenseifner", "tree", "hierarchical", nullptr},
       {"ring", "single_copy", "halving_doubling", nullptr},
       {"ring", "single_copy", "halving_doubling", nullptr},
       {"ring", "single_copy", "tree", nullptr},
@@ -83,7 +83,7 @@ inline Result<std::array<std::string, 5>> parse_algo(const std::string& text) {
     if (!applied)
       return invalid_argument("DCOMM_ALGO: '", entry, "' names no collective's algorithm (collectives: all_reduce, ",
                               "reduce_scatter, all_gather, broadcast, reduce; algorithms: ring, direct, single_copy, ",
-                              "recursive_doubling, rabenseifner, halving_doubling, tree)");
+                              "recursive_doubling, rabenseifner, halving_doubling, tree, hierarchical)");
   }
   return forced;
 }
@@ -123,6 +123,9 @@ struct Config {
   size_t cma_reduce_bytes = 1u << 20;
   // DCOMM_ALGO: an algorithm forced per collective (see parse_algo); empty = the cost model's.
   std::array<std::string, 5> algo;
+  // DCOMM_TEST_RANKS_PER_HOST: for tests, the algorithms treat every k consecutive ranks as one
+  // host (transports are unaffected); 0 = the real hosts.
+  int test_ranks_per_host = 0;
 
   static Result<Config> from_env() {
     Config c;
@@ -136,8 +139,10 @@ struct Config {
     auto staging = env_size("DCOMM_MAX_STAGING_BYTES", static_cast<long long>(c.max_staging_bytes), 0, 1LL << 50);
     auto cma = env_size("DCOMM_CMA_BYTES", static_cast<long long>(c.cma_bytes), 0, 1LL << 50);
     auto cma_reduce = env_size("DCOMM_CMA_REDUCE_BYTES", static_cast<long long>(c.cma_reduce_bytes), 0, 1LL << 50);
+    auto per_host = env_size("DCOMM_TEST_RANKS_PER_HOST", 0, 0, 1 << 20);
     for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(),
-                            stream.status(), direct.status(), staging.status(), cma.status(), cma_reduce.status()})
+                            stream.status(), direct.status(), staging.status(), cma.status(), cma_reduce.status(),
+                            per_host.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -149,6 +154,7 @@ struct Config {
     c.max_staging_bytes = static_cast<size_t>(*staging);
     c.cma_bytes = static_cast<size_t>(*cma);
     c.cma_reduce_bytes = static_cast<size_t>(*cma_reduce);
+    c.test_ranks_per_host = static_cast<int>(*per_host);
     std::string t = env_or("DCOMM_TRANSPORT", "auto");
     if (t == "auto") c.transport = TransportChoice::kAuto;
     else if (t == "inproc") c.transport = TransportChoice::kInproc;
