@@ -12,6 +12,8 @@
 
 #include <dcomm/bootstrap/local_launch.hpp>
 
+#include "support/files.hpp"
+
 using namespace dcomm;
 using namespace std::chrono_literals;
 
@@ -44,12 +46,7 @@ int free_port() {
   return bound_port(s->fd());
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using dcomm_test::read_file;
 }  // namespace
 
 TEST_CASE("matrix, processes over shared memory, world sizes 1, 2, 3, 4, 5, 8") {
