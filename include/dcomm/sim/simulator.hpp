@@ -1,0 +1,276 @@
+// The simulator: runs the schedules of algo/schedule.hpp (the very steps the communicator
+// runs) for up to 65,536 ranks against a modelled network, without moving data.
+//
+// Data is symbolic: each rank's working buffer is a list of pieces, each carrying a
+// fingerprint of the contributions it holds (how many, a sum of per-rank 64-bit hashes, how
+// often it was finalized). A reduce adds fingerprints, a copy replaces them, so at the end
+// the simulator checks that every rank holds every contribution exactly once, finalized once
+// (all_reduce), its own block reduced (reduce_scatter) or every rank's block (all_gather); a
+// schedule whose messages do not match (sizes, or a receive no one sends) is reported.
+//
+// Time: each rank has a clock. A transfer departs at the sender's clock and arrives after the
+// link's latency plus bytes / bandwidth; the sender is busy for the bytes / bandwidth; the
+// receiver continues at max(its clock, the arrival). Ranks are packed `ranks_per_host` to a
+// host in rank order; within a host the local link, between hosts a NIC: a fat tree with
+// full bisection, so the only contention is at a host's NICs, shared by the ranks of that host
+// that send off the host in the same step.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dcomm/algo/schedule.hpp"
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+struct SimNetwork {
+  int ranks_per_host = 8;
+  double local_alpha_us = 1.0;       // within a host: a step
+  double local_bytes_per_us = 150e3; // within a host: 150 GB/s (NVLink class)
+  double net_alpha_us = 5.0;         // between hosts: a step
+  double nic_bytes_per_us = 50e3;    // 400 Gb/s per NIC
+  int nics_per_host = 8;             // one per GPU
+  double reduce_bytes_per_us = 0;    // a rank folding what it receives; 0: free (a GPU's is)
+};
+
+struct SimResult {
+  double time_us = 0;
+  size_t messages = 0;
+  std::string error;  // empty: every rank ended with the right contributions
+};
+
+namespace sim {
+struct Fingerprint {
+  uint32_t count = 0;
+  uint32_t finalized = 0;
+  uint64_t hash = 0;
+  bool operator==(const Fingerprint&) const = default;
+};
+
+inline uint64_t rank_hash(int r) {  // splitmix64
+  uint64_t z = static_cast<uint64_t>(r) + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+struct Piece {
+  size_t begin, end;
+  Fingerprint fp;
+};
+
+// A working buffer as pieces covering [0, size), sorted, adjacent equal ones merged.
+class SymbolicBuffer {
+ public:
+  SymbolicBuffer() = default;
+  SymbolicBuffer(size_t size, Fingerprint fill) : pieces_{{0, size, fill}} {}
+
+  // The pieces of `r`, shifted to start at 0.
+  std::vector<Piece> get(Range r) const {
+    std::vector<Piece> out;
+    for (const Piece& p : pieces_) {
+      size_t b = std::max(p.begin, r.begin), e = std::min(p.end, r.end);
+      if (b < e) out.push_back({b - r.begin, e - r.begin, p.fp});
+    }
+    return out;
+  }
+  // Writes `src` (pieces from 0) over `r`, adding fingerprints when `reduce`. Returns false when
+  // a reduction meets finalized data (it would be divided twice).
+  bool put(Range r, const std::vector<Piece>& src, bool reduce) {
+    std::vector<Piece> out;
+    for (const Piece& p : pieces_) {
+      if (p.end <= r.begin || p.begin >= r.end) {
+        out.push_back(p);
+        continue;
+      }
+      if (p.begin < r.begin) out.push_back({p.begin, r.begin, p.fp});
+      for (const Piece& s : src) {  // the overlap of p with each incoming piece
+        size_t b = std::max(p.begin, s.begin + r.begin), e = std::min(p.end, s.end + r.begin);
+        if (b >= e) continue;
+        Fingerprint f = s.fp;
+        if (reduce) {
+          if (f.finalized || p.fp.finalized) return false;
+          f.count += p.fp.count, f.hash += p.fp.hash;
+        }
+        out.push_back({b, e, f});
+      }
+      if (p.end > r.end) out.push_back({r.end, p.end, p.fp});
+    }
+    merge(out);
+    return true;
+  }
+  void finalize(Range r) {
+    std::vector<Piece> in = get(r);
+    for (auto& p : in) p.fp.finalized += 1;
+    put(r, in, false);
+  }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+
+ private:
+  void merge(std::vector<Piece>& v) {
+    std::sort(v.begin(), v.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+    pieces_.clear();
+    for (const Piece& p : v) {
+      if (!pieces_.empty() && pieces_.back().end == p.begin && pieces_.back().fp == p.fp) pieces_.back().end = p.end;
+      else pieces_.push_back(p);
+    }
+  }
+  std::vector<Piece> pieces_;
+};
+
+struct Message {
+  std::vector<Piece> data;
+  size_t elems;
+  double arrival;
+};
+}  // namespace sim
+
+enum class SimCollective { kAllReduce, kReduceScatter, kAllGather };
+
+// Runs schedules[x] for every rank x: `elems` is the working buffer's length, `elem_bytes`
+// the bytes of one element, `block` the per-rank block (reduce_scatter, all_gather).
+inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective what, size_t elems, size_t elem_bytes,
+                          size_t block, const SimNetwork& net) {
+  using namespace sim;
+  const int n = static_cast<int>(schedules.size());
+  SimResult res;
+  auto host = [&](int x) { return x / std::max(1, net.ranks_per_host); };
+  // Concurrent off-host senders per (host, step index), for NIC sharing.
+  std::map<std::pair<int, size_t>, int> off_host;
+  for (int x = 0; x < n; ++x)
+    for (size_t i = 0; i < schedules[static_cast<size_t>(x)].size(); ++i) {
+      const Step& st = schedules[static_cast<size_t>(x)][i];
+      if (st.send_peer >= 0 && host(st.send_peer) != host(x)) ++off_host[{host(x), i}];
+    }
+  std::vector<SymbolicBuffer> buf(static_cast<size_t>(n));
+  for (int x = 0; x < n; ++x) {
+    Fingerprint mine{1, 0, rank_hash(x)};
+    if (what == SimCollective::kAllGather) {
+      buf[static_cast<size_t>(x)] = SymbolicBuffer(elems, Fingerprint{});
+      std::vector<Piece> own{{0, block, mine}};
+      buf[static_cast<size_t>(x)].put({block * static_cast<size_t>(x), block * static_cast<size_t>(x + 1)}, own, false);
+    } else {
+      buf[static_cast<size_t>(x)] = SymbolicBuffer(elems, mine);
+    }
+  }
+  std::vector<double> clock(static_cast<size_t>(n), 0.0);
+  std::vector<size_t> pc(static_cast<size_t>(n), 0);
+  std::vector<bool> sent(static_cast<size_t>(n), false);
+  std::map<std::pair<int, int>, std::deque<Message>> queues;  // (from, to)
+  std::vector<int> runnable;
+  for (int x = n - 1; x >= 0; --x) runnable.push_back(x);
+  std::vector<bool> queued(static_cast<size_t>(n), true);
+  int finished = 0;
+  while (!runnable.empty()) {
+    const int x = runnable.back();
+    runnable.pop_back();
+    queued[static_cast<size_t>(x)] = false;
+    const Schedule& s = schedules[static_cast<size_t>(x)];
+    size_t& i = pc[static_cast<size_t>(x)];
+    while (i < s.size()) {
+      const Step& st = s[i];
+      if (st.kind == Step::Kind::kFinalize) {
+        buf[static_cast<size_t>(x)].finalize(st.recv);
+        ++i;
+        continue;
+      }
+      if (st.send_peer >= 0 && !sent[static_cast<size_t>(x)]) {
+        const bool remote = host(st.send_peer) != host(x);
+        const double bytes = static_cast<double>(st.send.size() * elem_bytes);
+        double bw = net.local_bytes_per_us, alpha = net.local_alpha_us;
+        if (remote) {
+          const int sharing = off_host[{host(x), i}];
+          bw = net.nic_bytes_per_us * std::min(1.0, static_cast<double>(net.nics_per_host) / std::max(1, sharing));
+          alpha = net.net_alpha_us;
+        }
+        const double depart = clock[static_cast<size_t>(x)];
+        queues[{x, st.send_peer}].push_back({buf[static_cast<size_t>(x)].get(st.send), st.send.size(), depart + alpha + bytes / bw});
+        clock[static_cast<size_t>(x)] = depart + bytes / bw;
+        sent[static_cast<size_t>(x)] = true;
+        ++res.messages;
+        if (!queued[static_cast<size_t>(st.send_peer)]) {
+          queued[static_cast<size_t>(st.send_peer)] = true;
+          runnable.push_back(st.send_peer);
+        }
+      }
+      if (st.recv_peer >= 0) {
+        auto& q = queues[{st.recv_peer, x}];
+        if (q.empty()) break;  // wait for it
+        Message m = std::move(q.front());
+        q.pop_front();
+        if (m.elems != st.recv.size()) {
+          res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " expects " +
+                      std::to_string(st.recv.size()) + " elements from rank " + std::to_string(st.recv_peer) +
+                      ", which sent " + std::to_string(m.elems);
+          return res;
+        }
+        if (!buf[static_cast<size_t>(x)].put(st.recv, m.data, st.reduce)) {
+          res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " reduces data already finalized";
+          return res;
+        }
+        clock[static_cast<size_t>(x)] = std::max(clock[static_cast<size_t>(x)], m.arrival);
+        if (st.reduce && net.reduce_bytes_per_us > 0)
+          clock[static_cast<size_t>(x)] += static_cast<double>(st.recv.size() * elem_bytes) / net.reduce_bytes_per_us;
+      }
+      sent[static_cast<size_t>(x)] = false;
+      ++i;
+    }
+    if (i == s.size() && !sent[static_cast<size_t>(x)]) {
+      sent[static_cast<size_t>(x)] = true;  // counted once
+      ++finished;
+    }
+  }
+  if (finished != n) {
+    for (int x = 0; x < n; ++x)
+      if (pc[static_cast<size_t>(x)] < schedules[static_cast<size_t>(x)].size()) {
+        res.error = "deadlock: rank " + std::to_string(x) + " waits at step " + std::to_string(pc[static_cast<size_t>(x)]);
+        return res;
+      }
+  }
+  for (const auto& [pair, q] : queues)
+    if (!q.empty()) {
+      res.error = "rank " + std::to_string(pair.first) + " sent rank " + std::to_string(pair.second) +
+                  " a message it never received";
+      return res;
+    }
+  uint64_t all = 0;
+  for (int x = 0; x < n; ++x) all += rank_hash(x);
+  const Fingerprint reduced{static_cast<uint32_t>(n), 1, all};
+  for (int x = 0; x < n && res.error.empty(); ++x) {
+    const SymbolicBuffer& b = buf[static_cast<size_t>(x)];
+    auto expect = [&](Range r, Fingerprint want, const char* what_part) {
+      for (const Piece& p : b.get(r))
+        if (!(p.fp == want)) {
+          res.error = "rank " + std::to_string(x) + " ends with " + what_part + " holding " + std::to_string(p.fp.count) +
+                      " contributions (finalized " + std::to_string(p.fp.finalized) + "x) at elements " +
+                      std::to_string(r.begin + p.begin) + "-" + std::to_string(r.begin + p.end);
+          return;
+        }
+    };
+    if (what == SimCollective::kAllReduce) expect({0, elems}, reduced, "its buffer");
+    else if (what == SimCollective::kReduceScatter)
+      expect({block * static_cast<size_t>(x), block * static_cast<size_t>(x + 1)}, reduced, "its block");
+    else
+      for (int y = 0; y < n && res.error.empty(); ++y)
+        expect({block * static_cast<size_t>(y), block * static_cast<size_t>(y + 1)}, Fingerprint{1, 0, rank_hash(y)},
+               "a gathered block");
+  }
+  res.time_us = *std::max_element(clock.begin(), clock.end());
+  return res;
+}
+
+// The schedules of one algorithm for every rank.
+template <class Generate>
+std::vector<Schedule> schedules_for(int n, Generate generate) {
+  std::vector<Schedule> s(static_cast<size_t>(n));
+  for (int x = 0; x < n; ++x) s[static_cast<size_t>(x)] = generate(n, x);
+  return s;
+}
+
+DCOMM_NAMESPACE_END
