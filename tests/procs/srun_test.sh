@@ -51,7 +51,7 @@ if ! pgrep -x munged >/dev/null; then
 fi
 slurmctld -c
 slurmd
-for _ in $(seq 100); do
+for _ in $(seq 300); do  # up to a minute: slurmd registers slowly on a loaded machine
   [ "$(sinfo -h -o %t 2>/dev/null)" = "idle" ] && break
   sleep 0.2
 done

@@ -90,14 +90,67 @@ inline Status doubling_all_gather(const PeerSet& ps, const void* send, void* rec
 
 namespace detail {
 // A binary tree over ranks relative to the root (heap order): parent (i-1)/2, children 2i+1
-// and 2i+2. Depth log2(n).
+// and 2i+2; depth log2(n). Mirrored (rank x at position n-1-x, rooted at rank n-1), its
+// interior ranks are the other tree's leaves: the second tree of the double binary tree.
 struct BinaryTree {
   int n, root, rel;
-  BinaryTree(int size, int root_rank, int rank) : n(size), root(root_rank), rel((rank - root_rank + size) % size) {}
-  int real(int i) const { return (i + root) % n; }
+  bool mirror;
+  BinaryTree(int size, int root_rank, int rank, bool mirrored = false)
+      : n(size), root(mirrored ? size - 1 : root_rank), rel(mirrored ? size - 1 - rank : (rank - root_rank + size) % size),
+        mirror(mirrored) {}
+  int real(int i) const { return mirror ? n - 1 - i : (i + root) % n; }
   int parent() const { return rel == 0 ? -1 : real((rel - 1) / 2); }
   int child(int k) const { return 2 * rel + 1 + k < n ? real(2 * rel + 1 + k) : -1; }
 };
+
+// Calls f(at, n) over slices of at most `slice` of `total` (once, with n = 0, when total is 0,
+// so an empty call still exchanges its one message).
+template <class F>
+Status for_slices(size_t total, size_t slice, F f) {
+  for (size_t at = 0; at < total || at == 0; at += slice) {
+    DCOMM_RETURN_IF_ERROR(f(at, std::min(slice, total - at)));
+    if (total == 0) break;
+  }
+  return {};
+}
+
+// One slice of a tree broadcast: from the parent (unless this is the root) to the children.
+inline Status tree_broadcast_slice(const PeerSet& ps, const BinaryTree& t, char* data, size_t bytes) {
+  if (const int parent = t.parent(); parent >= 0) {
+    PeerPort* up = ps.ports[static_cast<size_t>(parent)];
+    auto slot = up->acquire_recv(bytes);
+    if (!slot.ok()) return slot.status();
+    if (bytes) std::memcpy(data, *slot, bytes);
+    up->release_recv();
+  }
+  for (int k = 0; k < 2; ++k)
+    if (int c = t.child(k); c >= 0) DCOMM_RETURN_IF_ERROR(ps.ports[static_cast<size_t>(c)]->post(data, bytes));
+  return {};
+}
+
+// One slice of a tree reduce: this rank's `mine`, then its children's slices in order, folded
+// into `dst` and passed up; the root finalizes it.
+inline Status tree_reduce_slice(const PeerSet& ps, const BinaryTree& t, const Reducer& r, const char* mine, char* dst,
+                                size_t n) {
+  const size_t eb = r.elem_bytes;
+  const char* partial = mine;
+  for (int k = 0; k < 2; ++k) {
+    const int c = t.child(k);
+    if (c < 0) continue;
+    PeerPort* down = ps.ports[static_cast<size_t>(c)];
+    auto slot = down->acquire_recv(n * eb);
+    if (!slot.ok()) return slot.status();
+    r.reduce(dst, partial, *slot, n);
+    down->release_recv();
+    partial = dst;
+  }
+  if (partial != dst) copy_unless_same(dst, partial, n * eb);  // a leaf
+  if (t.parent() < 0) {
+    r.finalize(dst, n);
+    return {};
+  }
+  return ps.ports[static_cast<size_t>(t.parent())]->post(dst, n * eb);
+}
 }  // namespace detail
 
 // Pipelined binary-tree broadcast: slot-sized slices flow down the tree as they arrive.
@@ -106,22 +159,8 @@ inline Status tree_broadcast(const PeerSet& ps, int root, const void* send, void
   char* out = static_cast<char*>(recv);
   if (ps.rank == root) detail::copy_unless_same(out, send, bytes);
   if (ps.size() == 1) return {};
-  const int parent = t.parent();
-  const size_t slice = ps.ports[static_cast<size_t>(parent >= 0 ? parent : t.child(0))]->slot_bytes();
-  for (size_t at = 0; at < bytes || at == 0; at += slice) {
-    const size_t n = std::min(slice, bytes - at);
-    if (parent >= 0) {
-      PeerPort* up = ps.ports[static_cast<size_t>(parent)];
-      auto slot = up->acquire_recv(n);
-      if (!slot.ok()) return slot.status();
-      if (n) std::memcpy(out + at, *slot, n);
-      up->release_recv();
-    }
-    for (int k = 0; k < 2; ++k)
-      if (int c = t.child(k); c >= 0) DCOMM_RETURN_IF_ERROR(ps.ports[static_cast<size_t>(c)]->post(out + at, n));
-    if (bytes == 0) break;
-  }
-  return {};
+  return detail::for_slices(bytes, ps.config.slot_bytes,
+                            [&](size_t at, size_t n) { return detail::tree_broadcast_slice(ps, t, out + at, n); });
 }
 
 // Pipelined binary-tree reduce: each rank folds its children's slices into its own (own data
@@ -136,29 +175,12 @@ inline Status tree_reduce(const PeerSet& ps, const Reducer& r, int root, const v
     r.finalize(recv, count);
     return {};
   }
-  const int parent = t.parent();
-  const size_t slice = ps.ports[static_cast<size_t>(parent >= 0 ? parent : t.child(0))]->slot_bytes() / eb;
+  const size_t slice = ps.config.slot_bytes / eb;
   char* acc = detail::scratch_of(scratch, slice * eb);
-  for (size_t at = 0; at < count || at == 0; at += slice) {
-    const size_t n = std::min(slice, count - at);
+  return detail::for_slices(count, slice, [&](size_t at, size_t n) {
     char* dst = ps.rank == root ? static_cast<char*>(recv) + at * eb : acc;
-    const char* partial = in + at * eb;
-    for (int k = 0; k < 2; ++k) {
-      const int c = t.child(k);
-      if (c < 0) continue;
-      PeerPort* down = ps.ports[static_cast<size_t>(c)];
-      auto slot = down->acquire_recv(n * eb);
-      if (!slot.ok()) return slot.status();
-      r.reduce(dst, partial, *slot, n);
-      down->release_recv();
-      partial = dst;
-    }
-    if (partial != dst) detail::copy_unless_same(dst, partial, n * eb);  // a leaf
-    if (ps.rank == root) r.finalize(dst, n);
-    else DCOMM_RETURN_IF_ERROR(ps.ports[static_cast<size_t>(parent)]->post(dst, n * eb));
-    if (count == 0) break;
-  }
-  return {};
+    return detail::tree_reduce_slice(ps, t, r, in + at * eb, dst, n);
+  });
 }
 
 // Binary tree all_reduce: reduce to rank 0, then broadcast from it.
@@ -166,6 +188,39 @@ inline Status tree_all_reduce(const PeerSet& ps, const Reducer& r, const void* s
                               std::vector<char>& scratch) {
   DCOMM_RETURN_IF_ERROR(tree_reduce(ps, r, 0, send, recv, count, scratch));
   return tree_broadcast(ps, 0, recv, recv, count * r.elem_bytes);
+}
+
+// Double binary tree all_reduce (as NCCL 2.4): the first half of the buffer is reduced and
+// broadcast along a tree rooted at rank 0, the second half along its mirror rooted at rank
+// n-1, slice by slice alternately, so each rank is interior in at most one tree and its links
+// carry about the same bytes both ways.
+inline Status double_tree_all_reduce(const PeerSet& ps, const Reducer& r, const void* send, void* recv, size_t count,
+                                     std::vector<char>& scratch) {
+  if (ps.size() < 3 || count < 2) return tree_all_reduce(ps, r, send, recv, count, scratch);
+  const size_t eb = r.elem_bytes, half = count / 2, slice = ps.config.slot_bytes / eb;
+  char* buf = static_cast<char*>(recv);
+  detail::copy_unless_same(buf, send, count * eb);
+  const detail::BinaryTree trees[2] = {{ps.size(), 0, ps.rank}, {ps.size(), 0, ps.rank, /*mirrored=*/true}};
+  const size_t first[2] = {0, half}, len[2] = {half, count - half};
+  const size_t slices = (count - half + slice - 1) / slice;  // the second half is the longer
+  char* acc = detail::scratch_of(scratch, 2 * slice * eb);
+  for (size_t k = 0; k < slices; ++k)
+    for (int h = 0; h < 2; ++h) {
+      const size_t at = k * slice;
+      if (at >= len[h]) continue;
+      const size_t n = std::min(slice, len[h] - at);
+      char* mine = buf + (first[h] + at) * eb;
+      char* dst = trees[h].parent() < 0 ? mine : acc + static_cast<size_t>(h) * slice * eb;
+      DCOMM_RETURN_IF_ERROR(detail::tree_reduce_slice(ps, trees[h], r, mine, dst, n));
+    }
+  for (size_t k = 0; k < slices; ++k)
+    for (int h = 0; h < 2; ++h) {
+      const size_t at = k * slice;
+      if (at >= len[h]) continue;
+      DCOMM_RETURN_IF_ERROR(
+          detail::tree_broadcast_slice(ps, trees[h], buf + (first[h] + at) * eb, std::min(slice, len[h] - at) * eb));
+    }
+  return {};
 }
 
 DCOMM_NAMESPACE_END

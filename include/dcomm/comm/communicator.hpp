@@ -595,6 +595,8 @@ class Communicator {
               return hierarchical_all_reduce(ps, host_of_, *reducer, d.send, d.recv, d.count, scratch_);
             if (algorithm == Algorithm::kRecursiveDoubling)
               return recursive_doubling_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
+            if (algorithm == Algorithm::kDoubleTree)
+              return double_tree_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
             if (algorithm == Algorithm::kRabenseifner)
               return rabenseifner_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
             return tree_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);

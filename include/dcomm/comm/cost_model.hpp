@@ -26,6 +26,7 @@ enum class Algorithm {
   kRabenseifner,
   kHalvingDoubling,
   kTree,
+  kDoubleTree,
   kHierarchical
 };
 
@@ -39,6 +40,7 @@ inline const char* to_string(Algorithm a) {
     case Algorithm::kRabenseifner: return "rabenseifner";
     case Algorithm::kHalvingDoubling: return "halving_doubling";
     case Algorithm::kTree: return "tree";
+    case Algorithm::kDoubleTree: return "double_tree";
     case Algorithm::kHierarchical: return "hierarchical";
   }
   return "?";
@@ -46,7 +48,7 @@ inline const char* to_string(Algorithm a) {
 
 inline Algorithm algorithm_named(const std::string& name) {
   for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect, Algorithm::kSingleCopy, Algorithm::kRecursiveDoubling,
-                      Algorithm::kRabenseifner, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kHierarchical})
+                      Algorithm::kRabenseifner, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kDoubleTree, Algorithm::kHierarchical})
     if (name == to_string(a)) return a;
   return Algorithm::kRing;
 }
@@ -147,6 +149,8 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in)
         case Algorithm::kRabenseifner:
           return (2 * L + 2 * fold) * al +
                  local(kRabenseifnerBytesFactor) * ((2 * (p - 1) / p + 2 * fold) * S * be + ((p - 1) / p + fold) * S * ga);
+        case Algorithm::kDoubleTree:  // two trees on half the data each: no rank is interior in both
+          return 2 * depth * al + local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 3 * S * be + 1.5 * S * ga);
         case Algorithm::kTree:  // reduce then broadcast, each pipelined down a binary tree
           return 2 * depth * al + local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 4 * S * be + 2 * S * ga);
         // Every rank waits for all n-1 others to have sent: about (n-1)/2 steps when they

@@ -49,8 +49,9 @@ enum class TransportChoice { kAuto, kInproc, kShm, kTcp };
 // algorithm names each accepts ("ring" is the chain for broadcast and reduce).
 inline constexpr const char* kAlgoCollectives[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
 inline bool algo_valid_for(const std::string& name, int collective) {
-  static const char* const kValid[][8] = {
-      {"ring", "direct", "single_copy", "recursive_doubling", "rabenseifner", "tree", "hierarchical", nullptr},
+  static const char* const kValid[][9] = {
+      {"ring", "direct", "single_copy", "recursive_doubling", "rabenseifner", "tree", "double_tree", "hierarchical",
+       nullptr},
       {"ring", "single_copy", "halving_doubling", nullptr},
       {"ring", "single_copy", "halving_doubling", nullptr},
       {"ring", "single_copy", "tree", nullptr},
@@ -83,7 +84,7 @@ inline Result<std::array<std::string, 5>> parse_algo(const std::string& text) {
     if (!applied)
       return invalid_argument("DCOMM_ALGO: '", entry, "' names no collective's algorithm (collectives: all_reduce, ",
                               "reduce_scatter, all_gather, broadcast, reduce; algorithms: ring, direct, single_copy, ",
-                              "recursive_doubling, rabenseifner, halving_doubling, tree, hierarchical)");
+                              "recursive_doubling, rabenseifner, halving_doubling, tree, double_tree, hierarchical)");
   }
   return forced;
 }
