@@ -3,8 +3,11 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
+#include "support/files.hpp"
 #include "support/matrix.hpp"
 #include "support/ranks.hpp"
 
@@ -121,4 +124,29 @@ TEST_CASE("typed spans deduce the type and check their sizes") {
     CHECK(c.broadcast(std::span(bytes), 2).ok());
     CHECK(bytes[4] == 9);
   });
+}
+
+TEST_CASE("DCOMM_LINK_MODEL_FILE: the link model is measured once, written, and read back by the next communicator") {
+  const std::string file = "/tmp/dcomm-test-link-model.txt";
+  std::remove(file.c_str());
+  setenv("DCOMM_LINK_MODEL_FILE", file.c_str(), 1);
+  {
+    auto comms = Communicator::create_local(3, test_config());
+    REQUIRE_MESSAGE(comms.ok(), comms.status().message());
+  }
+  std::string written = read_file(file);
+  CHECK(written.rfind("load ", 0) == 0);
+  CHECK(written.find("alpha_us") != std::string::npos);
+  {
+    auto comms = Communicator::create_local(3, test_config());  // reads it; writes nothing
+    REQUIRE(comms.ok());
+  }
+  CHECK(read_file(file) == written);
+  unsetenv("DCOMM_LINK_MODEL_FILE");
+  std::remove(file.c_str());
+  setenv("DCOMM_LINK_MODEL", "sometimes", 1);
+  auto bad = Communicator::create_local(2, test_config());
+  unsetenv("DCOMM_LINK_MODEL");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("DCOMM_LINK_MODEL='sometimes'") != std::string::npos);
 }
