@@ -129,7 +129,7 @@ inline Status tree_broadcast_slice(const PeerSet& ps, const BinaryTree& t, char*
 }
 
 // One slice of a tree reduce: this rank's `mine`, then its children's slices in order, folded
-// into `dst` and passed up; the root finalizes it.
+// into `dst` and passed up (a leaf passes its own slice as it is); the root finalizes it.
 inline Status tree_reduce_slice(const PeerSet& ps, const BinaryTree& t, const Reducer& r, const char* mine, char* dst,
                                 size_t n) {
   const size_t eb = r.elem_bytes;
@@ -144,12 +144,10 @@ inline Status tree_reduce_slice(const PeerSet& ps, const BinaryTree& t, const Re
     down->release_recv();
     partial = dst;
   }
-  if (partial != dst) copy_unless_same(dst, partial, n * eb);  // a leaf
-  if (t.parent() < 0) {
-    r.finalize(dst, n);
-    return {};
-  }
-  return ps.ports[static_cast<size_t>(t.parent())]->post(dst, n * eb);
+  if (t.parent() >= 0) return ps.ports[static_cast<size_t>(t.parent())]->post(partial, n * eb);  // a leaf posts its own
+  copy_unless_same(dst, partial, n * eb);  // a root without children (one rank)
+  r.finalize(dst, n);
+  return {};
 }
 }  // namespace detail
 
