@@ -153,9 +153,9 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in)
           return 2 * depth * al + local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 3 * S * be + 1.5 * S * ga);
         case Algorithm::kTree:  // reduce then broadcast, each pipelined down a binary tree
           return 2 * depth * al + local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 4 * S * be + 2 * S * ga);
-        // Every rank waits for all n-1 others to have sent: about (n-1)/2 steps when they
-        // share cores (measured 3.3 steps at 8 ranks on 2 cores).
-        case Algorithm::kDirect: return std::max(1.0, (n - 1) / 2) * al + (n - 1) * S * (be + ga);
+        // One step, but every rank waits for all n-1 others to have sent: fitted to 8 ranks on
+        // 2 cores, where it took about 3 steps' time (recursive doubling's 3 steps took 5).
+        case Algorithm::kDirect: return std::max(1.0, std::log2(n) - 0.5) * al + (n - 1) * S * (be + ga);
         default: return 2 * (n - 1) * al + 2 * (n - 1) / n * S * be + (n - 1) / n * S * ga;
       }
     case OpKind::kReduceScatter:
