@@ -42,7 +42,7 @@ inline Status hierarchical_all_reduce(const PeerSet& ps, const std::vector<int>&
   const Subgroup host(ps, local), heads(ps, leaders);
   DCOMM_RETURN_IF_ERROR(tree_reduce(host.peers(ps), partial, 0, send, recv, count, scratch));
   if (heads.index >= 0) {
-    DCOMM_RETURN_IF_ERROR(rabenseifner_all_reduce(heads.peers(ps), partial, recv, recv, count, scratch));
+    DCOMM_RETURN_IF_ERROR(rabenseifner_all_reduce(heads.peers(ps), partial, recv, recv, count));
     r.finalize(recv, count);
   }
   return tree_broadcast(host.peers(ps), 0, recv, recv, count * r.elem_bytes);

@@ -15,6 +15,7 @@
 #include "dcomm/core/types.hpp"
 #include "dcomm/core/wait.hpp"
 #include "dcomm/prims/peer.hpp"
+#include "dcomm/reduce/host_reducer.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
@@ -31,6 +32,11 @@ struct P2POp {
   }
   static P2POp recv(void* buf, size_t count, DataType type, int peer) { return {Kind::kRecv, peer, buf, count, type}; }
   size_t bytes() const { return count * size_of(type); }
+
+  // Internal (the schedules of algo/schedule.hpp): a receive that folds what arrives into the
+  // buffer, slot by slot, instead of replacing it; op(peer's, mine) when peer_first.
+  const Reducer* fold = nullptr;
+  bool peer_first = false;
 };
 
 // ports[p] is the port to rank p (null for this rank). Each message takes at least one slot,
@@ -86,7 +92,13 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
           Status bad;
           if (!port->try_acquire_recv(n, &slot, &bad)) break;
           if (!bad.ok()) return bad;
-          if (n) std::memcpy(base, slot, n);
+          if (n && op.fold) {
+            const size_t elems = n / op.fold->elem_bytes;
+            if (op.peer_first) op.fold->reduce(base, slot, base, elems);
+            else op.fold->reduce(base, base, slot, elems);
+          } else if (n) {
+            std::memcpy(base, slot, n);
+          }
           port->release_recv();
         }
         progress = true;

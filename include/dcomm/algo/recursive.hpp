@@ -41,27 +41,26 @@ inline char* scratch_of(std::vector<char>& scratch, size_t bytes) {
 inline void copy_unless_same(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes) std::memmove(dst, src, bytes);
 }
-// An all_reduce schedule run in `recv` (which starts as a copy of the input).
+// An all_reduce schedule run in `recv` (which starts as a copy of the input); `tmp` (count
+// elements) for the steps that fold into the range they send.
 inline Status run_all_reduce(const PeerSet& ps, const Schedule& s, const Reducer& r, const void* send, void* recv,
-                             size_t count, std::vector<char>& scratch) {
-  const size_t bytes = count * r.elem_bytes;
-  copy_unless_same(recv, send, bytes);
+                             size_t count, char* tmp = nullptr) {
+  copy_unless_same(recv, send, count * r.elem_bytes);
   if (count == 0) return {};
-  return run_schedule(ps.ports, ps.rank, ps.config, s, &r, r.elem_bytes, static_cast<char*>(recv),
-                      scratch_of(scratch, bytes));
+  return run_schedule(ps.ports, ps.rank, ps.config, s, &r, r.elem_bytes, static_cast<char*>(recv), tmp);
 }
 }  // namespace detail
 
 // Recursive doubling: log p exchanges of the whole buffer (algo/schedule.hpp).
 inline Status recursive_doubling_all_reduce(const PeerSet& ps, const Reducer& r, const void* send, void* recv,
                                             size_t count, std::vector<char>& scratch) {
-  return detail::run_all_reduce(ps, schedule_recursive_doubling(ps.size(), ps.rank, count), r, send, recv, count, scratch);
+  return detail::run_all_reduce(ps, schedule_recursive_doubling(ps.size(), ps.rank, count), r, send, recv, count,
+                                detail::scratch_of(scratch, count * r.elem_bytes));
 }
 
 // Rabenseifner: recursive halving reduce-scatter, then recursive doubling all-gather.
-inline Status rabenseifner_all_reduce(const PeerSet& ps, const Reducer& r, const void* send, void* recv, size_t count,
-                                      std::vector<char>& scratch) {
-  return detail::run_all_reduce(ps, schedule_rabenseifner(ps.size(), ps.rank, count), r, send, recv, count, scratch);
+inline Status rabenseifner_all_reduce(const PeerSet& ps, const Reducer& r, const void* send, void* recv, size_t count) {
+  return detail::run_all_reduce(ps, schedule_rabenseifner(ps.size(), ps.rank, count), r, send, recv, count);
 }
 
 // reduce_scatter by recursive halving, on a working copy of the input (send: n blocks of
@@ -70,11 +69,11 @@ inline Status halving_reduce_scatter(const PeerSet& ps, const Reducer& r, const 
                                      size_t recv_count, std::vector<char>& scratch) {
   if (recv_count == 0) return {};
   const size_t block = recv_count * r.elem_bytes, total = block * static_cast<size_t>(ps.size());
-  char* work = detail::scratch_of(scratch, 2 * total);  // the working copy, and room to receive
+  char* work = detail::scratch_of(scratch, total);  // a working copy of the input
   std::memcpy(work, send, total);
   DCOMM_RETURN_IF_ERROR(run_schedule(ps.ports, ps.rank, ps.config,
                                      schedule_halving_reduce_scatter(ps.size(), ps.rank, recv_count), &r, r.elem_bytes,
-                                     work, work + total));
+                                     work));
   std::memmove(recv, work + static_cast<size_t>(ps.rank) * block, block);
   return {};
 }
@@ -85,7 +84,7 @@ inline Status doubling_all_gather(const PeerSet& ps, const void* send, void* rec
   detail::copy_unless_same(out + static_cast<size_t>(ps.rank) * bytes_per_rank, send, bytes_per_rank);
   if (bytes_per_rank == 0) return {};
   return run_schedule(ps.ports, ps.rank, ps.config, schedule_doubling_all_gather(ps.size(), ps.rank, bytes_per_rank),
-                      nullptr, 1, out, nullptr);
+                      nullptr, 1, out);
 }
 
 namespace detail {

@@ -669,7 +669,7 @@ class Communicator {
             if (algorithm == Algorithm::kDoubleTree)
               return double_tree_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
             if (algorithm == Algorithm::kRabenseifner)
-              return rabenseifner_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
+              return rabenseifner_all_reduce(ps, *reducer, d.send, d.recv, d.count);
             return tree_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
           case OpKind::kReduceScatter: return halving_reduce_scatter(ps, *reducer, d.send, d.recv, d.count, scratch_);
           case OpKind::kAllGather: return doubling_all_gather(ps, d.send, d.recv, d.count * eb);
