@@ -27,15 +27,15 @@ TEST_CASE("fifo: slots fill, wrap and keep their sizes; small payloads ride in t
     }
     CHECK_FALSE(f.writable());  // three slots, all full
     for (int i = 0; i < 3; ++i) {
-      REQUIRE(f.readable());
       uint64_t h = f.head(std::memory_order_relaxed);
+      REQUIRE(f.ready(h));
       uint64_t bytes = f.size(h);
       CHECK(bytes == (i == 1 ? 200 : static_cast<uint64_t>(i) + 1));
       CHECK(f.payload(h, bytes)[bytes - 1] == static_cast<char>(round * 3 + static_cast<uint64_t>(i)));
       CHECK((f.payload(h, bytes) - f.payload(h, 1)) == (bytes > kInlineBytes ? 48 : 0));
-      f.release();
+      f.publish_head(h + 1);
     }
-    CHECK_FALSE(f.readable());
+    CHECK_FALSE(f.ready(f.head(std::memory_order_relaxed)));
   }
   CHECK_FALSE(f.producer_closed());
   f.close_producer();
@@ -58,11 +58,11 @@ TEST_CASE("fifo: a producer and a consumer thread pass a million slots in order"
   });
   uint64_t bad = 0;
   for (uint64_t i = 0; i < n; ++i) {
-    while (!f.readable()) std::this_thread::yield();
+    while (!f.ready(i)) std::this_thread::yield();  // slot i's sequence number, as PeerPort polls it
     uint64_t v;
-    std::memcpy(&v, f.payload(f.head(std::memory_order_relaxed), sizeof v), sizeof v);
+    std::memcpy(&v, f.payload(i, sizeof v), sizeof v);
     bad += v != i;
-    f.release();
+    f.publish_head(i + 1);
   }
   producer.join();
   CHECK(bad == 0);

@@ -96,9 +96,8 @@ class FifoRef {
     h_->tail.store(t, std::memory_order_release);
   }
 
-  // Consumer side.
-  bool readable() const { return ready(head(std::memory_order_relaxed)); }
-  void release() const { h_->head.store(head(std::memory_order_relaxed) + 1, std::memory_order_release); }
+  // Consumer side: the consumer keeps its own count of slots taken (it polls ready(index)) and
+  // publishes them as `head`, in batches if it likes (see PeerPort::release_recv).
   void publish_head(uint64_t hd) const { h_->head.store(hd, std::memory_order_release); }
 
   bool producer_closed() const { return h_->producer_closed.load(std::memory_order_acquire) != 0; }
