@@ -457,7 +457,7 @@ class Communicator {
     config_.algo[algo_index(OpKind::kAllReduce)] = "ring";
     config_.algo[algo_index(OpKind::kAllGather)] = "ring";
     const size_t big = 4u << 20;
-    std::vector<char> in(big, 0), out(big * static_cast<size_t>(size_), 0);
+    std::vector<char> in(big, 0), out(big, 0);  // the all_gather's output is `big` too (big / size per rank)
     // The best of three means: start-up noise (ranks still starting) only slows a run down.
     auto mean_us = [&](int iters, auto&& call) -> Result<double> {
       DCOMM_RETURN_IF_ERROR(call());  // warm-up
