@@ -19,7 +19,10 @@ inline Status chain_broadcast(Primitives& p, int rank, int size, int root, const
   using detail::at;
   const size_t eb = p.elem_bytes();
   const int pos = detail::mod(rank - root, size);  // 0 is the root, size-1 the chain's end
-  if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
+  if (size == 1) {
+    detail::copy_if_distinct(b.recv, b.send, b.count * eb);
+    return {};
+  }
   return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
     char* out = at(b.recv, base, eb);
     if (pos == 0) return p.copy_send(at(b.send, base, eb), out, n);
@@ -34,7 +37,7 @@ inline Status chain_reduce(Primitives& p, int rank, int size, int root, const Ri
   const size_t eb = p.elem_bytes();
   const int pos = detail::mod(rank - root - 1, size);  // 0 starts the chain, size-1 is the root
   if (size == 1) {
-    detail::copy_if_distinct(b.recv, b.send, b.count * eb).ignore();
+    detail::copy_if_distinct(b.recv, b.send, b.count * eb);
     r.finalize(b.recv, b.count);
     return {};
   }

@@ -21,6 +21,7 @@
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
+#include "dcomm/reduce/copy.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -38,14 +39,11 @@ inline char* scratch_of(std::vector<char>& scratch, size_t bytes) {
   if (scratch.size() < bytes) scratch.resize(bytes);
   return scratch.data();
 }
-inline void copy_unless_same(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes) std::memmove(dst, src, bytes);
-}
 // An all_reduce schedule run in `recv` (which starts as a copy of the input); `tmp` (count
 // elements) for the steps that fold into the range they send.
 inline Status run_all_reduce(const PeerSet& ps, const Schedule& s, const Reducer& r, const void* send, void* recv,
                              size_t count, char* tmp = nullptr) {
-  copy_unless_same(recv, send, count * r.elem_bytes);
+  copy_if_distinct(recv, send, count * r.elem_bytes);
   if (count == 0) return {};
   return run_schedule(ps.ports, ps.rank, ps.config, s, &r, r.elem_bytes, static_cast<char*>(recv), tmp);
 }
@@ -81,7 +79,7 @@ inline Status halving_reduce_scatter(const PeerSet& ps, const Reducer& r, const 
 // all_gather by recursive doubling, in the output (recv: n blocks of bytes_per_rank).
 inline Status doubling_all_gather(const PeerSet& ps, const void* send, void* recv, size_t bytes_per_rank) {
   char* out = static_cast<char*>(recv);
-  detail::copy_unless_same(out + static_cast<size_t>(ps.rank) * bytes_per_rank, send, bytes_per_rank);
+  detail::copy_if_distinct(out + static_cast<size_t>(ps.rank) * bytes_per_rank, send, bytes_per_rank);
   if (bytes_per_rank == 0) return {};
   return run_schedule(ps.ports, ps.rank, ps.config, schedule_doubling_all_gather(ps.size(), ps.rank, bytes_per_rank),
                       nullptr, 1, out);
@@ -144,7 +142,7 @@ inline Status tree_reduce_slice(const PeerSet& ps, const BinaryTree& t, const Re
     partial = dst;
   }
   if (t.parent() >= 0) return ps.ports[static_cast<size_t>(t.parent())]->post(partial, n * eb);  // a leaf posts its own
-  copy_unless_same(dst, partial, n * eb);  // a root without children (one rank)
+  copy_if_distinct(dst, partial, n * eb);  // a root without children (one rank)
   r.finalize(dst, n);
   return {};
 }
@@ -154,7 +152,7 @@ inline Status tree_reduce_slice(const PeerSet& ps, const BinaryTree& t, const Re
 inline Status tree_broadcast(const PeerSet& ps, int root, const void* send, void* recv, size_t bytes) {
   const detail::BinaryTree t(ps.size(), root, ps.rank);
   char* out = static_cast<char*>(recv);
-  if (ps.rank == root) detail::copy_unless_same(out, send, bytes);
+  if (ps.rank == root) detail::copy_if_distinct(out, send, bytes);
   if (ps.size() == 1) return {};
   return detail::for_slices(bytes, ps.config.slot_bytes,
                             [&](size_t at, size_t n) { return detail::tree_broadcast_slice(ps, t, out + at, n); });
@@ -168,7 +166,7 @@ inline Status tree_reduce(const PeerSet& ps, const Reducer& r, int root, const v
   const size_t eb = r.elem_bytes;
   const char* in = static_cast<const char*>(send);
   if (ps.size() == 1) {
-    detail::copy_unless_same(recv, send, count * eb);
+    detail::copy_if_distinct(recv, send, count * eb);
     r.finalize(recv, count);
     return {};
   }
@@ -196,7 +194,7 @@ inline Status double_tree_all_reduce(const PeerSet& ps, const Reducer& r, const 
   if (ps.size() < 3 || count < 2) return tree_all_reduce(ps, r, send, recv, count, scratch);
   const size_t eb = r.elem_bytes, half = count / 2, slice = ps.config.slot_bytes / eb;
   char* buf = static_cast<char*>(recv);
-  detail::copy_unless_same(buf, send, count * eb);
+  detail::copy_if_distinct(buf, send, count * eb);
   const detail::BinaryTree trees[2] = {{ps.size(), 0, ps.rank}, {ps.size(), 0, ps.rank, /*mirrored=*/true}};
   const size_t first[2] = {0, half}, len[2] = {half, count - half};
   const size_t slices = (count - half + slice - 1) / slice;  // the second half is the longer

@@ -16,6 +16,7 @@
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/primitives.hpp"
+#include "dcomm/reduce/copy.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
@@ -39,10 +40,6 @@ Status for_each_slice(const Primitives& p, size_t count, Step step) {
 }
 
 // What every collective does on one rank: the output is the input.
-inline Status copy_if_distinct(char* recv, const char* send, size_t bytes) {
-  if (recv != send && bytes) std::memcpy(recv, send, bytes);
-  return {};
-}
 }  // namespace detail
 
 // all_reduce: each round covers up to size*slice elements, cut into `size` equal chunks.
@@ -50,7 +47,10 @@ inline Status ring_all_reduce(Primitives& p, int rank, int size, const RingBuffe
   using detail::at;
   using detail::mod;
   const size_t eb = p.elem_bytes();
-  if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
+  if (size == 1) {
+    detail::copy_if_distinct(b.recv, b.send, b.count * eb);
+    return {};
+  }
   const size_t round_elems = p.slice_elems() * static_cast<size_t>(size);
   for (size_t base = 0; base < b.count; base += round_elems) {
     const size_t n = std::min(round_elems, b.count - base);
@@ -88,7 +88,10 @@ inline Status ring_reduce_scatter(Primitives& p, int rank, int size, const RingB
   using detail::at;
   using detail::mod;
   const size_t eb = p.elem_bytes();
-  if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
+  if (size == 1) {
+    detail::copy_if_distinct(b.recv, b.send, b.count * eb);
+    return {};
+  }
   return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
     auto in = [&](int c) { return at(b.send, static_cast<size_t>(c) * b.count + base, eb); };
     DCOMM_RETURN_IF_ERROR(p.send(in(mod(rank - 1, size)), n));
@@ -102,7 +105,10 @@ inline Status ring_all_gather(Primitives& p, int rank, int size, const RingBuffe
   using detail::at;
   using detail::mod;
   const size_t eb = p.elem_bytes();
-  if (size == 1) return detail::copy_if_distinct(b.recv, b.send, b.count * eb);
+  if (size == 1) {
+    detail::copy_if_distinct(b.recv, b.send, b.count * eb);
+    return {};
+  }
   return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
     auto out = [&](int c) { return at(b.recv, static_cast<size_t>(c) * b.count + base, eb); };
     DCOMM_RETURN_IF_ERROR(p.copy_send(at(b.send, base, eb), out(rank), n));

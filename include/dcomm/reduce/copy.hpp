@@ -44,6 +44,13 @@ inline void copy_bytes(void* dst, const void* src, size_t bytes, bool stream) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
+namespace detail {
+// Copies `bytes` unless source and destination are the same buffer (an in-place call).
+inline void copy_if_distinct(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes) std::memmove(dst, src, bytes);
+}
+}  // namespace detail
+
 inline void stream_fence() {
 #if defined(__SSE2__)
   _mm_sfence();
