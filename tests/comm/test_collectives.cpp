@@ -15,9 +15,12 @@ using namespace dcomm;
 using namespace dcomm_test;
 
 namespace {
+// ranks_per_host > 0: pretended hosts of that many consecutive ranks; < 0: rank r on pretended
+// host r % -ranks_per_host (interleaved, so the ring order differs from rank order).
 void run_full_matrix(int size, TransportChoice transport, const std::string& algo = "", int ranks_per_host = 0) {
   Config config = test_config(transport);
-  config.test_ranks_per_host = ranks_per_host;
+  config.test_ranks_per_host = ranks_per_host > 0 ? ranks_per_host : 0;
+  config.test_cyclic_hosts = ranks_per_host < 0 ? -ranks_per_host : 0;
   auto forced = parse_algo(algo);
   REQUIRE(forced.ok());
   config.algo = *forced;
@@ -66,6 +69,26 @@ TEST_CASE("matrix, threads as ranks, hierarchical all_reduce over pretended host
       CAPTURE(per_host);
       CAPTURE(size);
       run_full_matrix(size, TransportChoice::kAuto, "all_reduce:hierarchical", per_host);
+    }
+  }
+}
+
+// Ranks interleaved over pretended hosts (DCOMM_TEST_CYCLIC_HOSTS): rings, chains and trees
+// run in the topology's order, which groups each host's ranks; reduce_scatter's and
+// all_gather's blocks still belong to ranks.
+TEST_CASE("ring order from the hosts: ranks grouped by host, and every algorithm exact in that order") {
+  Config config = test_config();
+  config.test_cyclic_hosts = 3;
+  auto comms = Communicator::create_local(8, config);
+  REQUIRE(comms.ok());
+  CHECK((*comms)[0]->ring_order() == std::vector<int>{0, 3, 6, 1, 4, 7, 2, 5});
+  for (auto& c : *comms) CHECK(c->ring_order() == (*comms)[0]->ring_order());
+  for (const char* algo : {"ring", "tree", "double_tree", "rabenseifner;halving_doubling", "all_reduce:hierarchical"}) {
+    for (int size : {3, 5, 8}) {
+      CAPTURE(algo);
+      CAPTURE(size);
+      run_full_matrix(size, TransportChoice::kAuto, algo, -2);
+      run_full_matrix(size, TransportChoice::kAuto, algo, -3);
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include <dcomm/topo/order.hpp>
 #include <dcomm/topo/topology.hpp>
 
 #include "support/files.hpp"
@@ -47,6 +48,30 @@ TEST_CASE("topology file: every kind of path between devices, as nvidia-smi topo
   CHECK(m.find("cuda0    X        PIX      PXB      NODE     SYS      SYS      0") != std::string::npos);
   CHECK(m.find("node17: 2 NUMA node(s), 2 package(s), 64 core(s), 128 hardware thread(s)") != std::string::npos);
   CHECK(m.find("Legend") != std::string::npos);
+}
+
+// Ranks on the DGX-like host's GPUs, given out of order: the ring order puts GPUs under one
+// PCIe switch side by side and crosses NUMA nodes once; hosts come first.
+TEST_CASE("ring order from the topology: host, NUMA node, PCIe path") {
+  auto t = Topology::from_json(kDgxLike, "test");
+  REQUIRE(t.ok());
+  const std::vector<std::string> gpu_of_rank = {"cuda3", "cuda0", "cuda2", "cuda1"};
+  std::vector<RankPlace> places(8);
+  for (int r = 0; r < 8; ++r) {
+    places[static_cast<size_t>(r)].host = r < 4 ? 0 : 1;
+    REQUIRE(place_at_device(*t, gpu_of_rank[static_cast<size_t>(r % 4)], places[static_cast<size_t>(r)]));
+  }
+  const std::vector<int> order = ring_order(places);
+  CHECK(order == std::vector<int>{1, 3, 2, 0, 5, 7, 6, 4});  // cuda0, cuda1 (one upper switch), cuda2, then NUMA 1
+  CHECK(positions_of(order) == std::vector<int>{3, 0, 2, 1, 7, 4, 6, 5});
+  RankPlace none;
+  CHECK(!place_at_device(*t, "cuda9", none));
+  // Without devices: by host, then NUMA node, then rank.
+  std::vector<RankPlace> cpus(6);
+  for (int r = 0; r < 6; ++r) cpus[static_cast<size_t>(r)].host = r % 2, cpus[static_cast<size_t>(r)].numa = r % 3 == 0 ? 1 : 0;
+  CHECK(ring_order(cpus) == std::vector<int>{2, 4, 0, 1, 5, 3});
+  CHECK(detail::parse_id_list("0-3,8,10-11") == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
+  CHECK(numa_node_of_this_thread() >= -1);
 }
 
 TEST_CASE("topology JSON round-trips, and bad files are errors that name the file and the field") {

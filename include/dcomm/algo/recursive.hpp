@@ -18,6 +18,7 @@
 
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/algo/schedule.hpp"
+#include "dcomm/algo/tree.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
@@ -62,13 +63,17 @@ inline Status rabenseifner_all_reduce(const PeerSet& ps, const Reducer& r, const
 }
 
 // reduce_scatter by recursive halving, on a working copy of the input (send: n blocks of
-// recv_count); this rank's block is copied out at the end.
-inline Status halving_reduce_scatter(const PeerSet& ps, const Reducer& r, const void* send, void* recv,
-                                     size_t recv_count, std::vector<char>& scratch) {
+// recv_count) laid out by position: block p of the copy is the block of rank order[p] (the
+// ranks' positions in ps; empty order = the identity). This position's block is copied out
+// at the end.
+inline Status halving_reduce_scatter(const PeerSet& ps, const std::vector<int>& order, const Reducer& r,
+                                     const void* send, void* recv, size_t recv_count, std::vector<char>& scratch) {
   if (recv_count == 0) return {};
   const size_t block = recv_count * r.elem_bytes, total = block * static_cast<size_t>(ps.size());
   char* work = detail::scratch_of(scratch, total);  // a working copy of the input
-  std::memcpy(work, send, total);
+  for (size_t p = 0; p < static_cast<size_t>(ps.size()); ++p)
+    std::memcpy(work + p * block, static_cast<const char*>(send) + (order.empty() ? p : static_cast<size_t>(order[p])) * block,
+                block);
   DCOMM_RETURN_IF_ERROR(run_schedule(ps.ports, ps.rank, ps.config,
                                      schedule_halving_reduce_scatter(ps.size(), ps.rank, recv_count), &r, r.elem_bytes,
                                      work));
@@ -86,19 +91,6 @@ inline Status doubling_all_gather(const PeerSet& ps, const void* send, void* rec
 }
 
 namespace detail {
-// A binary tree over ranks relative to the root (heap order): parent (i-1)/2, children 2i+1
-// and 2i+2; depth log2(n). Mirrored (rank x at position n-1-x, rooted at rank n-1), its
-// interior ranks are the other tree's leaves: the second tree of the double binary tree.
-struct BinaryTree {
-  int n, root, rel;
-  bool mirror;
-  BinaryTree(int size, int root_rank, int rank, bool mirrored = false)
-      : n(size), root(mirrored ? size - 1 : root_rank), rel(mirrored ? size - 1 - rank : (rank - root_rank + size) % size),
-        mirror(mirrored) {}
-  int real(int i) const { return mirror ? n - 1 - i : (i + root) % n; }
-  int parent() const { return rel == 0 ? -1 : real((rel - 1) / 2); }
-  int child(int k) const { return 2 * rel + 1 + k < n ? real(2 * rel + 1 + k) : -1; }
-};
 
 // Calls f(at, n) over slices of at most `slice` of `total` (once, with n = 0, when total is 0,
 // so an empty call still exchanges its one message).

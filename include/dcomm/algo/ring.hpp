@@ -1,5 +1,8 @@
 // Ring algorithms: all_reduce, reduce_scatter and all_gather as schedules over primitives.
 //
+// Ranks here are positions in the ring order (topo/order.hpp); reduce_scatter and all_gather
+// map each position's chunk to its rank's block (RingBuffers::block_of).
+//
 // Nomenclature (as Gloo's allreduce.cc): the data is cut into `size` chunks, one per rank;
 // a chunk is moved a slice at a time (a slice fits one slot), and a round is one slice of
 // every chunk. Rank r sends to r+1 and receives from r-1; at step s of the reduce-scatter it
@@ -24,6 +27,10 @@ struct RingBuffers {
   const char* send;
   char* recv;
   size_t count;  // all_reduce: elements in each buffer; reduce_scatter / all_gather: per rank
+  // The ring runs over positions; block_of[p] is the rank whose block of reduce_scatter's input
+  // or all_gather's output the rank at position p owns (null: position = rank).
+  const int* block_of = nullptr;
+  size_t block(int position) const { return static_cast<size_t>(block_of ? block_of[position] : position); }
 };
 
 namespace detail {
@@ -83,7 +90,8 @@ inline Status ring_all_reduce(Primitives& p, int rank, int size, const RingBuffe
   return {};
 }
 
-// reduce_scatter: chunk c is send[c*count, (c+1)*count); rank r keeps the reduced chunk r.
+// reduce_scatter: chunk c is send[b*count, (b+1)*count) for its block b = b.block(c); the rank
+// at position p keeps the reduced chunk p.
 inline Status ring_reduce_scatter(Primitives& p, int rank, int size, const RingBuffers& b) {
   using detail::at;
   using detail::mod;
@@ -93,14 +101,15 @@ inline Status ring_reduce_scatter(Primitives& p, int rank, int size, const RingB
     return {};
   }
   return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
-    auto in = [&](int c) { return at(b.send, static_cast<size_t>(c) * b.count + base, eb); };
+    auto in = [&](int c) { return at(b.send, b.block(c) * b.count + base, eb); };
     DCOMM_RETURN_IF_ERROR(p.send(in(mod(rank - 1, size)), n));
     for (int s = 1; s < size - 1; ++s) DCOMM_RETURN_IF_ERROR(p.recv_reduce_send(in(mod(rank - s - 1, size)), n));
     return p.recv_reduce_copy(in(rank), at(b.recv, base, eb), n);
   });
 }
 
-// all_gather: rank r's send lands at recv[r*count, (r+1)*count) on every rank.
+// all_gather: rank r's send lands at recv[r*count, (r+1)*count) on every rank (chunk c is
+// the block of the rank at position c).
 inline Status ring_all_gather(Primitives& p, int rank, int size, const RingBuffers& b) {
   using detail::at;
   using detail::mod;
@@ -110,7 +119,7 @@ inline Status ring_all_gather(Primitives& p, int rank, int size, const RingBuffe
     return {};
   }
   return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
-    auto out = [&](int c) { return at(b.recv, static_cast<size_t>(c) * b.count + base, eb); };
+    auto out = [&](int c) { return at(b.recv, b.block(c) * b.count + base, eb); };
     DCOMM_RETURN_IF_ERROR(p.copy_send(at(b.send, base, eb), out(rank), n));
     for (int t = 0; t < size - 2; ++t) DCOMM_RETURN_IF_ERROR(p.recv_copy_send(out(mod(rank - t - 1, size)), n));
     return p.recv(out(mod(rank + 1, size)), n);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dcomm/algo/p2p.hpp"
+#include "dcomm/algo/tree.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
@@ -178,18 +179,20 @@ inline Schedule schedule_ring_all_reduce(int n, int x, size_t count) {
   return s;
 }
 
-// Binary-tree all_reduce as steps: reduce to rank 0, broadcast back (unpipelined: the
-// communicator's trees pipeline slices, see algo/recursive.hpp).
+// Binary-tree all_reduce as steps over the tree of algo/tree.hpp: reduce to position 0,
+// broadcast back (unpipelined: the communicator's trees pipeline slices, see
+// algo/recursive.hpp).
 inline Schedule schedule_tree_all_reduce(int n, int x, size_t count) {
   const Range all{0, count};
+  const detail::BinaryTree t(n, 0, x);
   Schedule s;
-  for (int c : {2 * x + 1, 2 * x + 2})
-    if (c < n) s.push_back(detail::recv_only(c, all, true, false));
-  if (x > 0) s.push_back(detail::send_only((x - 1) / 2, all));
+  for (int k = 0; k < 2; ++k)
+    if (int c = t.child(k); c >= 0) s.push_back(detail::recv_only(c, all, true, false));
+  if (t.parent() >= 0) s.push_back(detail::send_only(t.parent(), all));
   else s.push_back(detail::finalize(all));
-  if (x > 0) s.push_back(detail::recv_only((x - 1) / 2, all, false, false));
-  for (int c : {2 * x + 1, 2 * x + 2})
-    if (c < n) s.push_back(detail::send_only(c, all));
+  if (t.parent() >= 0) s.push_back(detail::recv_only(t.parent(), all, false, false));
+  for (int k = 0; k < 2; ++k)
+    if (int c = t.child(k); c >= 0) s.push_back(detail::send_only(c, all));
   return s;
 }
 

@@ -36,6 +36,7 @@
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/algo/recursive.hpp"
 #include "dcomm/algo/ring.hpp"
+#include "dcomm/topo/order.hpp"
 #include "dcomm/algo/single_copy.hpp"
 #include "dcomm/bootstrap/launcher.hpp"
 #include "dcomm/bootstrap/roster.hpp"
@@ -185,6 +186,8 @@ class Communicator {
     return transports_[static_cast<size_t>(r)] ? transports_[static_cast<size_t>(r)]->name() : "self";
   }
   const Config& config() const { return config_; }
+  // The ring order: the rank at each position of rings, chains and trees (topo/order.hpp).
+  const std::vector<int>& ring_order() const { return order_; }
   // Staging memory (FIFOs) this rank holds now, in bytes. Links are connected on first use,
   // so this grows with the set of peers a program talks to: 2 links for rings and chains.
   size_t staging_bytes() const {
@@ -353,13 +356,16 @@ class Communicator {
       if (p.rank < rank) ++local_rank_;
       ++local_size_;
     }
-    // Hosts numbered in order of their first rank (DCOMM_TEST_RANKS_PER_HOST pretends).
+    // Hosts numbered in order of their first rank (DCOMM_TEST_RANKS_PER_HOST and
+    // DCOMM_TEST_CYCLIC_HOSTS pretend).
     std::vector<std::string> hosts;
     for (const auto& p : peers_) {
-      int h = config_.test_ranks_per_host > 0 ? p.rank / config_.test_ranks_per_host
-                                              : static_cast<int>(std::find(hosts.begin(), hosts.end(), p.host_id) - hosts.begin());
-      if (config_.test_ranks_per_host == 0 && h == static_cast<int>(hosts.size())) hosts.push_back(p.host_id);
-      host_of_.push_back(h);
+      std::string id = config_.test_ranks_per_host > 0 ? std::to_string(p.rank / config_.test_ranks_per_host)
+                       : config_.test_cyclic_hosts > 0 ? std::to_string(p.rank % config_.test_cyclic_hosts)
+                                                       : p.host_id;
+      auto at = std::find(hosts.begin(), hosts.end(), id);
+      if (at == hosts.end()) at = hosts.insert(at, id);
+      host_of_.push_back(static_cast<int>(at - hosts.begin()));
     }
     hosts_ = host_of_.empty() ? 1 : *std::max_element(host_of_.begin(), host_of_.end()) + 1;
     DCOMM_RETURN_IF_ERROR(choose_transports());
@@ -407,9 +413,15 @@ class Communicator {
     }
     abort_->set_hook([this](const Status& why) { on_abort(why); });
     // The ring neighbours are connected now, so setup problems (a full /dev/shm) surface here.
-    if (size > 1) DCOMM_RETURN_IF_ERROR(connect_peers({(rank + 1) % size, (rank + size - 1) % size}));
+    const int next = at_position(pos_ + 1), prev = at_position(pos_ - 1);
+    if (size > 1) DCOMM_RETURN_IF_ERROR(connect_peers({next, prev}));
     DCOMM_LOG(kInfo, kSubsysInit, rank_, "rank ", rank_, " of ", size_, " ready (local rank ", local_rank_, " of ",
-              local_size_, "); next rank ", (rank + 1) % size, " via ", transport_to((rank + 1) % size));
+              local_size_, "); next rank ", next, " via ", transport_to(next));
+    if (rank_ == 0) {
+      std::string ring;
+      for (int r : order_) ring += detail::cat(" ", r);
+      DCOMM_LOG(kInfo, kSubsysInit, rank_, "ring order (ranks by host, NUMA node, device):", ring);
+    }
     return tune_link_model();
   }
 
@@ -508,8 +520,21 @@ class Communicator {
   // (every rank on this host, over shared memory or threads, and able to read every other;
   // each rank probes its peers) and the most ranks per core on any host (the cost model's link
   // parameters depend on it).
+  // Rings, chains and trees run over positions in this order (topo/order.hpp).
+  void set_order(std::vector<int> order) {
+    order_ = std::move(order);
+    pos_of_ = positions_of(order_);
+    pos_ = pos_of_[static_cast<size_t>(rank_)];
+    host_at_.resize(order_.size());
+    for (size_t p = 0; p < order_.size(); ++p) host_at_[p] = host_of_[static_cast<size_t>(order_[p])];
+  }
+  int at_position(int p) const { return order_[static_cast<size_t>(detail::mod(p, size_))]; }
+
   Status agree_on_host_facts() {
-    if (size_ < 2) return {};
+    if (size_ < 2) {
+      set_order({0});
+      return {};
+    }
     bool ok = config_.cma_bytes != 0 || config_.cma_reduce_bytes != 0;
     for (int p = 0; p < size_ && ok; ++p) {
       if (p == rank_) continue;
@@ -522,18 +547,23 @@ class Communicator {
     CPU_ZERO(&cpus);
     const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     const int load_milli = local_size_ * 1000 / std::max(cores, 1);
-    DCOMM_RETURN_IF_ERROR(store_->set(detail::cat(prefix_, "/facts/", rank_), detail::cat(ok ? 1 : 0, " ", load_milli)));
+    DCOMM_RETURN_IF_ERROR(store_->set(detail::cat(prefix_, "/facts/", rank_),
+                                      detail::cat(ok ? 1 : 0, " ", load_milli, " ", numa_node_of_this_thread())));
     single_copy_ = true;
     int max_load_milli = 0;
+    std::vector<RankPlace> places(static_cast<size_t>(size_));
     for (int p = 0; p < size_; ++p) {
       auto v = store_->get(detail::cat(prefix_, "/facts/", p));
       if (!v.ok()) return v.status();
-      int verdict = 0, load = 0;
-      if (std::sscanf(v->c_str(), "%d %d", &verdict, &load) != 2)
+      int verdict = 0, load = 0, numa = -1;
+      if (std::sscanf(v->c_str(), "%d %d %d", &verdict, &load, &numa) != 3)
         return make_error(ErrorCode::kInternal, "rank ", p, " published unreadable host facts '", *v, "'");
       single_copy_ = single_copy_ && verdict == 1;
       max_load_milli = std::max(max_load_milli, load);
+      places[static_cast<size_t>(p)].host = host_of_[static_cast<size_t>(p)];
+      places[static_cast<size_t>(p)].numa = numa;
     }
+    set_order(dcomm::ring_order(places));
     link_ = LinkModel::for_load(max_load_milli / 1000.0);
     DCOMM_LOG(kInfo, kSubsysInit, rank_, "single-copy (cross-memory attach) ", single_copy_ ? "on" : "off",
               "; up to ", max_load_milli / 1000.0, " ranks per core: step latency modelled as ", link_.alpha_us, " us");
@@ -657,13 +687,14 @@ class Communicator {
         DCOMM_LOG(kTrace, kSubsysColl, rank_, "not every buffer is from mem_alloc: ring instead");
         break;
       }
-      default: {  // the schedules over all peers (algo/recursive.hpp)
+      default: {  // the schedules over all peers (algo/recursive.hpp), in the ring order
         DCOMM_RETURN_IF_ERROR(connect_all());
-        const PeerSet ps{all_ports_, rank_, config_};
+        const PeerSet ps{ordered_ports_, pos_, config_};
+        const int root = pos_of_[static_cast<size_t>(d.root)];
         switch (d.kind) {
           case OpKind::kAllReduce:
             if (algorithm == Algorithm::kHierarchical)
-              return hierarchical_all_reduce(ps, host_of_, *reducer, d.send, d.recv, d.count, scratch_);
+              return hierarchical_all_reduce(ps, host_at_, *reducer, d.send, d.recv, d.count, scratch_);
             if (algorithm == Algorithm::kRecursiveDoubling)
               return recursive_doubling_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
             if (algorithm == Algorithm::kDoubleTree)
@@ -671,24 +702,29 @@ class Communicator {
             if (algorithm == Algorithm::kRabenseifner)
               return rabenseifner_all_reduce(ps, *reducer, d.send, d.recv, d.count);
             return tree_all_reduce(ps, *reducer, d.send, d.recv, d.count, scratch_);
-          case OpKind::kReduceScatter: return halving_reduce_scatter(ps, *reducer, d.send, d.recv, d.count, scratch_);
-          case OpKind::kAllGather: return doubling_all_gather(ps, d.send, d.recv, d.count * eb);
-          case OpKind::kBroadcast: return tree_broadcast(ps, d.root, d.send, d.recv, d.count * eb);
-          case OpKind::kReduce: return tree_reduce(ps, *reducer, d.root, d.send, d.recv, d.count, scratch_);
+          case OpKind::kReduceScatter:
+            return halving_reduce_scatter(ps, order_, *reducer, d.send, d.recv, d.count, scratch_);
+          case OpKind::kAllGather:  // its blocks are the output's: in rank order
+            return doubling_all_gather({all_ports_, rank_, config_}, d.send, d.recv, d.count * eb);
+          case OpKind::kBroadcast: return tree_broadcast(ps, root, d.send, d.recv, d.count * eb);
+          case OpKind::kReduce: return tree_reduce(ps, *reducer, root, d.send, d.recv, d.count, scratch_);
           default: return make_error(ErrorCode::kInternal, "no ", to_string(algorithm), " for ", to_string(d.kind));
         }
       }
     }
-    PeerPort* next = size_ > 1 ? ports_[static_cast<size_t>((rank_ + 1) % size_)].get() : nullptr;
-    PeerPort* prev = size_ > 1 ? ports_[static_cast<size_t>((rank_ + size_ - 1) % size_)].get() : nullptr;
+    // The ring and the chains run over positions; a block of reduce_scatter / all_gather
+    // belongs to the rank at its position.
+    PeerPort* next = size_ > 1 ? ports_[static_cast<size_t>(at_position(pos_ + 1))].get() : nullptr;
+    PeerPort* prev = size_ > 1 ? ports_[static_cast<size_t>(at_position(pos_ - 1))].get() : nullptr;
     Primitives prims(prev, next, *reducer, stream_output(shape, config_));
-    RingBuffers b{static_cast<const char*>(d.send), static_cast<char*>(d.recv), d.count};
+    RingBuffers b{static_cast<const char*>(d.send), static_cast<char*>(d.recv), d.count, order_.data()};
+    const int root = pos_of_[static_cast<size_t>(d.root)];
     switch (d.kind) {
-      case OpKind::kAllReduce: return ring_all_reduce(prims, rank_, size_, b);
-      case OpKind::kReduceScatter: return ring_reduce_scatter(prims, rank_, size_, b);
-      case OpKind::kAllGather: return ring_all_gather(prims, rank_, size_, b);
-      case OpKind::kBroadcast: return chain_broadcast(prims, rank_, size_, d.root, b);
-      case OpKind::kReduce: return chain_reduce(prims, rank_, size_, d.root, b, *reducer);
+      case OpKind::kAllReduce: return ring_all_reduce(prims, pos_, size_, b);
+      case OpKind::kReduceScatter: return ring_reduce_scatter(prims, pos_, size_, b);
+      case OpKind::kAllGather: return ring_all_gather(prims, pos_, size_, b);
+      case OpKind::kBroadcast: return chain_broadcast(prims, pos_, size_, root, b);
+      case OpKind::kReduce: return chain_reduce(prims, pos_, size_, root, b, *reducer);
       default: return make_error(ErrorCode::kInternal, "unhandled operation");
     }
   }
@@ -719,6 +755,8 @@ class Communicator {
     for (int p = 0; p < size_; ++p) all[static_cast<size_t>(p)] = p;
     DCOMM_RETURN_IF_ERROR(connect_peers(all));
     all_ports_ = port_table();
+    ordered_ports_.resize(all_ports_.size());
+    for (size_t p = 0; p < all_ports_.size(); ++p) ordered_ports_[p] = all_ports_[static_cast<size_t>(order_[p])];
     return {};
   }
   std::vector<PeerPort*> port_table() const {
@@ -744,7 +782,11 @@ class Communicator {
   std::vector<Transport*> transports_;
   std::vector<std::unique_ptr<PeerPort>> ports_;
   std::vector<PeerPort*> all_ports_;  // every peer's port, once an all-peer algorithm connected them
+  std::vector<PeerPort*> ordered_ports_;  // the same by position in the ring order
   std::vector<int> host_of_;          // host index of each rank, numbered by first rank
+  std::vector<int> order_, pos_of_;   // position -> rank and rank -> position (topo/order.hpp)
+  std::vector<int> host_at_;          // host index at each position
+  int pos_ = 0;                       // this rank's position
   int hosts_ = 1;
   LinkModel link_;                    // the cost model's link parameters (agree_on_host_facts)
   bool single_copy_ = false;          // every rank can read every other's memory (agree_on_host_facts)

@@ -127,6 +127,9 @@ struct Config {
   // DCOMM_TEST_RANKS_PER_HOST: for tests, the algorithms treat every k consecutive ranks as one
   // host (transports are unaffected); 0 = the real hosts.
   int test_ranks_per_host = 0;
+  // DCOMM_TEST_CYCLIC_HOSTS: for tests, rank r is on pretended host r % k (as mpirun
+  // --map-by node places them); 0 = off.
+  int test_cyclic_hosts = 0;
 
   static Result<Config> from_env() {
     Config c;
@@ -141,9 +144,10 @@ struct Config {
     auto cma = env_size("DCOMM_CMA_BYTES", static_cast<long long>(c.cma_bytes), 0, 1LL << 50);
     auto cma_reduce = env_size("DCOMM_CMA_REDUCE_BYTES", static_cast<long long>(c.cma_reduce_bytes), 0, 1LL << 50);
     auto per_host = env_size("DCOMM_TEST_RANKS_PER_HOST", 0, 0, 1 << 20);
+    auto cyclic = env_size("DCOMM_TEST_CYCLIC_HOSTS", 0, 0, 1 << 20);
     for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(),
                             stream.status(), direct.status(), staging.status(), cma.status(), cma_reduce.status(),
-                            per_host.status()})
+                            per_host.status(), cyclic.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -156,6 +160,7 @@ struct Config {
     c.cma_bytes = static_cast<size_t>(*cma);
     c.cma_reduce_bytes = static_cast<size_t>(*cma_reduce);
     c.test_ranks_per_host = static_cast<int>(*per_host);
+    c.test_cyclic_hosts = static_cast<int>(*cyclic);
     std::string t = env_or("DCOMM_TRANSPORT", "auto");
     if (t == "auto") c.transport = TransportChoice::kAuto;
     else if (t == "inproc") c.transport = TransportChoice::kInproc;
