@@ -4,8 +4,11 @@
 //
 //   dcomm-sim                      1,024 and 65,536 ranks on 8-GPU hosts, 400 Gb/s per NIC
 //   dcomm-sim -n 8,64 -s 8,1M      other rank counts and sizes
-//   dcomm-sim --local 8            one host of 8 CPU ranks with the cost model's parameters for
-//                                  this machine (compare with dcomm-bench -N 8 and DCOMM_ALGO)
+//   dcomm-sim --local 8            one host of 8 CPU ranks sharing this machine's cores (--cores)
+//                                  (compare: bench/peers/compare.py -N 8 --algos ... --sim)
+#include <sched.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -48,6 +51,14 @@ int main(int argc, char** argv) {
   std::vector<size_t> sizes{8, 1 << 20, size_t{1} << 30};
   SimNetwork net;
   bool local = false;
+  // --local: CPU ranks over shared memory on this machine's cores. Copies and reductions at
+  // the cost model's unloaded rates (comm/cost_model.hpp: LinkModel), 4x faster for messages
+  // that stay in cache; the wake-up after a wait and the processor time of a step were fitted
+  // to 8-byte all_reduce on 8 ranks over 2 cores (ring 14 steps, recursive doubling 3).
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  double wake_us = 3.7, step_cpu_us = 1.3;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-n" && i + 1 < argc) {
@@ -61,41 +72,61 @@ int main(int argc, char** argv) {
       int n = std::atoi(argv[++i]);
       ranks = {n};
       sizes = {8, 512, 4096, 32768, 512 << 10, 4 << 20, 32 << 20};
-      // One host; the cost model's parameters with n ranks on this machine's cores.
-      const double load = static_cast<double>(n) / std::max(1, std::atoi(std::getenv("DCOMM_SIM_CORES") ? std::getenv("DCOMM_SIM_CORES") : "2"));
-      LinkModel m = LinkModel::for_load(load);
       net.ranks_per_host = n;
-      net.local_alpha_us = m.alpha_us;
-      net.local_bytes_per_us = 1.0 / m.beta_us_per_byte;
-      net.reduce_bytes_per_us = 1.0 / m.gamma_us_per_byte;
+    } else if (a == "--cores" && i + 1 < argc) {
+      cores = std::atoi(argv[++i]);
+    } else if (a == "--wake" && i + 1 < argc) {
+      wake_us = std::atof(argv[++i]);
+    } else if (a == "--step-cpu" && i + 1 < argc) {
+      step_cpu_us = std::atof(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: dcomm-sim [-n ranks,...] [-s bytes,...] [--local ranks]\n");
+      std::fprintf(stderr, "usage: dcomm-sim [-n ranks,...] [-s bytes,...] [--local ranks [--cores c] [--wake us] "
+                           "[--step-cpu us]]\n");
       return 2;
     }
   }
+  const LinkModel model;
+  auto local_net = [&](size_t bytes) {  // the CPU model for a message of this size
+    SimNetwork m = net;
+    const double speed = bytes <= model.cache_bytes ? 4.0 : 1.0;
+    m.local_alpha_us = model.alpha_us;
+    m.local_bytes_per_us = 1e12;  // the copies are the processors' work, below
+    m.cores_per_host = cores;
+    m.copy_bytes_per_us = speed * 2.0 / model.beta_us_per_byte;  // beta counts a copy in and a copy out
+    m.reduce_bytes_per_us = speed / model.gamma_us_per_byte;
+    m.wake_us = wake_us;
+    m.step_cpu_us = step_cpu_us;
+    return m;
+  };
   if (local)
-    std::printf("# one host, %d ranks: step %.2f us, %.2f GB/s a link, reduction %.2f GB/s (cost model for this machine)\n",
-                ranks[0], net.local_alpha_us, net.local_bytes_per_us / 1e3, net.reduce_bytes_per_us / 1e3);
+    std::printf("# one host, %d ranks on %d cores: copy %.0f GB/s, reduce %.0f GB/s a core (4x in cache), step %.1f us "
+                "of a core, wake-up %.1f us after a wait\n",
+                ranks[0], cores, 2.0 / model.beta_us_per_byte / 1e3, 1.0 / model.gamma_us_per_byte / 1e3, step_cpu_us,
+                wake_us);
   else
     std::printf("# %d ranks per host; within a host %.1f us, %.0f GB/s; between hosts %.1f us, %d NICs of %.0f GB/s; "
                 "fat tree, contention at the NICs\n",
                 net.ranks_per_host, net.local_alpha_us, net.local_bytes_per_us / 1e3, net.net_alpha_us, net.nics_per_host,
                 net.nic_bytes_per_us / 1e3);
   std::printf("# all_reduce, float32; predicted time in us; every rank's result checked symbolically ('ok')\n");
-  std::printf("%8s %9s %14s %14s %14s %14s\n", "ranks", "size", "ring", "rec_doubling", "rabenseifner", "tree");
+  std::printf("%8s %9s %19s %19s %19s %19s %19s\n", "ranks", "size", "ring", "recursive_doubling", "rabenseifner", "tree",
+              "double_tree");
   int failures = 0;
   for (int n : ranks) {
     for (size_t bytes : sizes) {
       const size_t count = std::max<size_t>(bytes / 4, 1);
       std::printf("%8d %9s", n, human(bytes).c_str());
+      const SimNetwork at = local ? local_net(bytes) : net;
+      // The trees pipeline slot-sized slices (512 KiB); at scale at most 32 slices a call.
+      const size_t slice = std::max<size_t>(model.slice_bytes / 4, local ? 1 : count / 32);
       auto run = [&](auto gen) {
-        auto r = simulate(schedules_for(n, gen), SimCollective::kAllReduce, count, 4, 0, net);
+        auto r = simulate(schedules_for(n, gen), SimCollective::kAllReduce, count, 4, 0, at);
         if (!r.error.empty()) {
-          std::printf(" %14s", "FAILED");
+          std::printf(" %19s", "FAILED");
           std::fprintf(stderr, "dcomm-sim: %d ranks, %s: %s\n", n, human(bytes).c_str(), r.error.c_str());
           ++failures;
         } else {
-          std::printf(" %11.1f ok", r.time_us);
+          std::printf(" %16.1f ok", r.time_us);
         }
       };
       if (n <= 4096) {
@@ -106,16 +137,17 @@ int main(int argc, char** argv) {
         // (n chunks on n ranks would be n^2 pieces).
         const double chunk = static_cast<double>(count) * 4 / n;
         const double step = net.net_alpha_us + chunk / net.nic_bytes_per_us;
-        std::printf(" %11.1f an", 2.0 * (n - 1) * step);
+        std::printf(" %16.1f an", 2.0 * (n - 1) * step);
       }
       run([&](int w, int x) { return schedule_recursive_doubling(w, x, count); });
       run([&](int w, int x) { return schedule_rabenseifner(w, x, count); });
-      run([&](int w, int x) { return schedule_tree_all_reduce(w, x, count); });
+      run([&](int w, int x) { return schedule_tree_all_reduce(w, x, count, slice); });
+      run([&](int w, int x) { return schedule_double_tree_all_reduce(w, x, count, slice); });
       std::printf("\n");
       std::fflush(stdout);
     }
   }
-  std::printf("# ok: simulated and checked; an: the ring above 4,096 ranks, timed analytically; the tree is simulated "
-              "unpipelined (dcomm's trees pipeline slices)\n");
+  std::printf("# ok: simulated and checked; an: the ring above 4,096 ranks, timed analytically; trees pipelined in "
+              "512 KiB slices (at scale, at most 32 slices)\n");
   return failures ? 1 : 0;
 }

@@ -112,3 +112,37 @@ TEST_CASE("simulator at scale: 65,536 ranks; tree and recursive doubling latency
   CHECK(t(65536, tree) / t(256, tree) < 2.5);
   CHECK(t(2048, ring) / t(256, ring) > 7);   // 8x the ranks, about 8x the steps
 }
+
+// The CPU model: ranks sharing cores queue for them, so a step where every rank works (recursive
+// doubling) costs more with 2 cores than with 8, a step where one works (the ring at 8 B, one
+// hop at a time) barely; large messages are bound by the copying all ranks do on 2 cores.
+TEST_CASE("simulator, CPU ranks: shared cores slow the steps where many ranks work at once") {
+  SimNetwork net;
+  net.ranks_per_host = 8;
+  net.local_alpha_us = 0.3;
+  net.local_bytes_per_us = 1e12;
+  net.copy_bytes_per_us = 10e3;
+  net.reduce_bytes_per_us = 10e3;
+  net.step_cpu_us = 1.0;
+  net.wake_us = 3.0;
+  auto time = [&](int cores, auto gen, size_t count) {
+    SimNetwork m = net;
+    m.cores_per_host = cores;
+    auto r = simulate(schedules_for(8, gen), SimCollective::kAllReduce, count, 4, 0, m);
+    REQUIRE(r.error == "");
+    return r.time_us;
+  };
+  auto rd = [](size_t c) { return [c](int w, int x) { return schedule_recursive_doubling(w, x, c); }; };
+  auto ring = [](size_t c) { return [c](int w, int x) { return schedule_ring_all_reduce(w, x, c); }; };
+  // 8 B: recursive doubling's 3 steps have all 8 ranks working; with 2 cores each waits its turn.
+  CHECK(time(2, rd(2), 2) > 1.5 * time(8, rd(2), 2));
+  // 32 MiB: every rank copies and folds its bytes; on 2 cores that work queues (up to 4x as
+  // long as on 8, less where ranks wait for each other anyway).
+  const size_t big = 8 << 20;
+  const double ratio = time(2, ring(big), big) / time(8, ring(big), big);
+  CHECK(ratio > 2.0);
+  CHECK(ratio < 4.5);
+  // Recursive doubling folds a whole buffer each step (into a second buffer, as it also sends
+  // it): more work than the ring's chunks.
+  CHECK(time(2, rd(big), big) > 2 * time(2, ring(big), big));
+}

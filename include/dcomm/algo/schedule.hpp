@@ -179,20 +179,54 @@ inline Schedule schedule_ring_all_reduce(int n, int x, size_t count) {
   return s;
 }
 
-// Binary-tree all_reduce as steps over the tree of algo/tree.hpp: reduce to position 0,
-// broadcast back (unpipelined: the communicator's trees pipeline slices, see
-// algo/recursive.hpp).
-inline Schedule schedule_tree_all_reduce(int n, int x, size_t count) {
-  const Range all{0, count};
+namespace detail {
+// One slice of a tree all_reduce: up (children's slices folded in, passed to the parent; the
+// root finalizes) or down (from the parent, on to the children).
+inline void tree_slice(Schedule& s, const BinaryTree& t, Range r, bool up) {
+  if (up) {
+    for (int k = 0; k < 2; ++k)
+      if (int c = t.child(k); c >= 0) s.push_back(recv_only(c, r, true, false));
+    s.push_back(t.parent() >= 0 ? send_only(t.parent(), r) : finalize(r));
+    return;
+  }
+  if (t.parent() >= 0) s.push_back(recv_only(t.parent(), r, false, false));
+  for (int k = 0; k < 2; ++k)
+    if (int c = t.child(k); c >= 0) s.push_back(send_only(c, r));
+}
+// Slices [first + k*slice, ...) of a range of `len` elements; at least one (an empty buffer
+// still takes its message).
+inline size_t slices_of(size_t len, size_t slice) { return len == 0 ? 1 : (len + slice - 1) / slice; }
+inline Range slice_at(size_t first, size_t len, size_t slice, size_t k) {
+  return {first + std::min(len, k * slice), first + std::min(len, (k + 1) * slice)};
+}
+}  // namespace detail
+
+// Binary-tree all_reduce as steps over the tree of algo/tree.hpp, slice by slice as the
+// communicator's pipelined trees run it (algo/recursive.hpp): every slice reduced up to
+// position 0, then every slice broadcast down. slice: elements per slice (0: one slice).
+inline Schedule schedule_tree_all_reduce(int n, int x, size_t count, size_t slice = 0) {
+  if (slice == 0) slice = std::max<size_t>(count, 1);
   const detail::BinaryTree t(n, 0, x);
   Schedule s;
-  for (int k = 0; k < 2; ++k)
-    if (int c = t.child(k); c >= 0) s.push_back(detail::recv_only(c, all, true, false));
-  if (t.parent() >= 0) s.push_back(detail::send_only(t.parent(), all));
-  else s.push_back(detail::finalize(all));
-  if (t.parent() >= 0) s.push_back(detail::recv_only(t.parent(), all, false, false));
-  for (int k = 0; k < 2; ++k)
-    if (int c = t.child(k); c >= 0) s.push_back(detail::send_only(c, all));
+  for (bool up : {true, false})
+    for (size_t k = 0; k < detail::slices_of(count, slice); ++k)
+      detail::tree_slice(s, t, detail::slice_at(0, count, slice, k), up);
+  return s;
+}
+
+// Double binary tree all_reduce: the first half along the tree, the second along its mirror,
+// slice by slice alternately (as double_tree_all_reduce runs it).
+inline Schedule schedule_double_tree_all_reduce(int n, int x, size_t count, size_t slice = 0) {
+  if (n < 3 || count < 2) return schedule_tree_all_reduce(n, x, count, slice);
+  if (slice == 0) slice = count;
+  const detail::BinaryTree trees[2] = {{n, 0, x}, {n, 0, x, /*mirrored=*/true}};
+  const size_t half = count / 2, first[2] = {0, half}, len[2] = {half, count - half};
+  const size_t slices = detail::slices_of(count - half, slice);
+  Schedule s;
+  for (bool up : {true, false})
+    for (size_t k = 0; k < slices; ++k)
+      for (int h = 0; h < 2; ++h)
+        if (k * slice < len[h]) detail::tree_slice(s, trees[h], detail::slice_at(first[h], len[h], slice, k), up);
   return s;
 }
 

@@ -82,9 +82,12 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
         // buffers from dcomm::mem_alloc, single copy reaches them by plain loads and streaming
         // stores and wins at every size; the ranks learn that from the descriptors it swaps
         // first, so this choice is deferred to them.
+        // With more ranks than cores, single copy through the kernel was slower than the ring
+        // out of place at every size (8 ranks on 2 cores, 1-8 MiB: 1.01-1.22x): only buffers
+        // from mem_alloc take it there.
         if (config.cma_reduce_bytes && bytes >= config.cma_reduce_bytes)
-          return {c.in_place || bytes < config.stream_bytes ? Algorithm::kSingleCopy
-                                                             : Algorithm::kSingleCopyIfRegistered,
+          return {c.in_place || (bytes < config.stream_bytes && link.load <= 1) ? Algorithm::kSingleCopy
+                                                                                : Algorithm::kSingleCopyIfRegistered,
                   "measured"};
         break;
       default: break;

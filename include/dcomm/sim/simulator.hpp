@@ -8,18 +8,26 @@
 // (all_reduce), its own block reduced (reduce_scatter) or every rank's block (all_gather); a
 // schedule whose messages do not match (sizes, or a receive no one sends) is reported.
 //
-// Time: each rank has a clock. A transfer departs at the sender's clock and arrives after the
-// link's latency plus bytes / bandwidth; the sender is busy for the bytes / bandwidth; the
-// receiver continues at max(its clock, the arrival). Ranks are packed `ranks_per_host` to a
-// host in rank order; within a host the local link, between hosts a NIC: a fat tree with
-// full bisection, so the only contention is at a host's NICs, shared by the ranks of that host
-// that send off the host in the same step.
+// Time: each rank has a clock, and ranks are stepped in the order of their clocks (an event
+// simulation). A transfer departs at the sender's clock and arrives after the link's latency
+// plus bytes / bandwidth; the sender is busy for the bytes / bandwidth; the receiver continues
+// at max(its clock, the arrival), plus `wake_us` when it had to wait. Ranks are packed
+// `ranks_per_host` to a host in rank order; within a host the local link, between hosts a
+// NIC: a fat tree with full bisection, so the only contention is at a host's NICs, shared by
+// the ranks of that host that send off the host in the same step.
+//
+// Processor time (for CPU ranks over shared memory): with `cores_per_host` set, the ranks of
+// a host share that many cores, and the work a step takes on a core (`step_cpu_us`, copying
+// into a slot and out of it at `copy_bytes_per_us`, folding at `reduce_bytes_per_us`, and a
+// second pass where a receive lands in a buffer because the step still sends from its range)
+// waits for a free core. This is what makes 8 ranks on 2 cores slower per step than 2 ranks.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <queue>
 #include <string>
 #include <vector>
 
@@ -37,6 +45,11 @@ struct SimNetwork {
   double nic_bytes_per_us = 50e3;    // 400 Gb/s per NIC
   int nics_per_host = 8;             // one per GPU
   double reduce_bytes_per_us = 0;    // a rank folding what it receives; 0: free (a GPU's is)
+  // CPU ranks (see above); 0 = not modelled.
+  int cores_per_host = 0;
+  double step_cpu_us = 0;
+  double copy_bytes_per_us = 0;
+  double wake_us = 0;
 };
 
 struct SimResult {
@@ -161,70 +174,96 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
   }
   std::vector<double> clock(static_cast<size_t>(n), 0.0);
   std::vector<size_t> pc(static_cast<size_t>(n), 0);
-  std::vector<bool> sent(static_cast<size_t>(n), false);
+  std::vector<bool> sent(static_cast<size_t>(n), false), waiting(static_cast<size_t>(n), false);
   std::map<std::pair<int, int>, std::deque<Message>> queues;  // (from, to)
-  std::vector<int> runnable;
-  for (int x = n - 1; x >= 0; --x) runnable.push_back(x);
-  std::vector<bool> queued(static_cast<size_t>(n), true);
+  // Cores of each host: when each is next free.
+  std::vector<std::vector<double>> cores;
+  if (net.cores_per_host > 0)
+    cores.assign(static_cast<size_t>(host(n - 1) + 1), std::vector<double>(static_cast<size_t>(net.cores_per_host), 0.0));
+  // Runs `us` of work for rank x from its clock, on the host's first free core when modelled.
+  auto work = [&](int x, double us) {
+    double& t = clock[static_cast<size_t>(x)];
+    if (us <= 0) return;
+    if (cores.empty()) {
+      t += us;
+      return;
+    }
+    auto& mine = cores[static_cast<size_t>(host(x))];
+    auto core = std::min_element(mine.begin(), mine.end());
+    t = std::max(t, *core) + us;
+    *core = t;
+  };
+  auto per_byte = [](double bytes, double rate) { return rate > 0 ? bytes / rate : 0.0; };
+  using Event = std::pair<double, int>;  // (clock, rank), earliest first
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> ready;
+  for (int x = 0; x < n; ++x) ready.push({0.0, x});
   int finished = 0;
-  while (!runnable.empty()) {
-    const int x = runnable.back();
-    runnable.pop_back();
-    queued[static_cast<size_t>(x)] = false;
+  while (!ready.empty()) {
+    const int x = ready.top().second;
+    ready.pop();
     const Schedule& s = schedules[static_cast<size_t>(x)];
     size_t& i = pc[static_cast<size_t>(x)];
-    while (i < s.size()) {
-      const Step& st = s[i];
-      if (st.kind == Step::Kind::kFinalize) {
-        buf[static_cast<size_t>(x)].finalize(st.recv);
-        ++i;
+    if (i == s.size()) {
+      ++finished;
+      continue;
+    }
+    const Step& st = s[i];
+    if (st.kind == Step::Kind::kFinalize) {
+      buf[static_cast<size_t>(x)].finalize(st.recv);
+      ++i;
+      ready.push({clock[static_cast<size_t>(x)], x});
+      continue;
+    }
+    if (st.send_peer >= 0 && !sent[static_cast<size_t>(x)]) {
+      const bool remote = host(st.send_peer) != host(x);
+      const double bytes = static_cast<double>(st.send.size() * elem_bytes);
+      double bw = net.local_bytes_per_us, alpha = net.local_alpha_us;
+      if (remote) {
+        const int sharing = off_host[{host(x), i}];
+        bw = net.nic_bytes_per_us * std::min(1.0, static_cast<double>(net.nics_per_host) / std::max(1, sharing));
+        alpha = net.net_alpha_us;
+      }
+      work(x, net.step_cpu_us + per_byte(bytes, net.copy_bytes_per_us));  // into the slot
+      const double depart = clock[static_cast<size_t>(x)];
+      queues[{x, st.send_peer}].push_back({buf[static_cast<size_t>(x)].get(st.send), st.send.size(), depart + alpha + bytes / bw});
+      clock[static_cast<size_t>(x)] = depart + bytes / bw;
+      sent[static_cast<size_t>(x)] = true;
+      ++res.messages;
+      if (waiting[static_cast<size_t>(st.send_peer)]) {
+        waiting[static_cast<size_t>(st.send_peer)] = false;
+        ready.push({clock[static_cast<size_t>(st.send_peer)], st.send_peer});
+      }
+    }
+    if (st.recv_peer >= 0) {
+      auto& q = queues[{st.recv_peer, x}];
+      if (q.empty()) {  // wait for it
+        waiting[static_cast<size_t>(x)] = true;
         continue;
       }
-      if (st.send_peer >= 0 && !sent[static_cast<size_t>(x)]) {
-        const bool remote = host(st.send_peer) != host(x);
-        const double bytes = static_cast<double>(st.send.size() * elem_bytes);
-        double bw = net.local_bytes_per_us, alpha = net.local_alpha_us;
-        if (remote) {
-          const int sharing = off_host[{host(x), i}];
-          bw = net.nic_bytes_per_us * std::min(1.0, static_cast<double>(net.nics_per_host) / std::max(1, sharing));
-          alpha = net.net_alpha_us;
-        }
-        const double depart = clock[static_cast<size_t>(x)];
-        queues[{x, st.send_peer}].push_back({buf[static_cast<size_t>(x)].get(st.send), st.send.size(), depart + alpha + bytes / bw});
-        clock[static_cast<size_t>(x)] = depart + bytes / bw;
-        sent[static_cast<size_t>(x)] = true;
-        ++res.messages;
-        if (!queued[static_cast<size_t>(st.send_peer)]) {
-          queued[static_cast<size_t>(st.send_peer)] = true;
-          runnable.push_back(st.send_peer);
-        }
+      Message m = std::move(q.front());
+      q.pop_front();
+      if (m.elems != st.recv.size()) {
+        res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " expects " +
+                    std::to_string(st.recv.size()) + " elements from rank " + std::to_string(st.recv_peer) +
+                    ", which sent " + std::to_string(m.elems);
+        return res;
       }
-      if (st.recv_peer >= 0) {
-        auto& q = queues[{st.recv_peer, x}];
-        if (q.empty()) break;  // wait for it
-        Message m = std::move(q.front());
-        q.pop_front();
-        if (m.elems != st.recv.size()) {
-          res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " expects " +
-                      std::to_string(st.recv.size()) + " elements from rank " + std::to_string(st.recv_peer) +
-                      ", which sent " + std::to_string(m.elems);
-          return res;
-        }
-        if (!buf[static_cast<size_t>(x)].put(st.recv, m.data, st.reduce)) {
-          res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " reduces data already finalized";
-          return res;
-        }
-        clock[static_cast<size_t>(x)] = std::max(clock[static_cast<size_t>(x)], m.arrival);
-        if (st.reduce && net.reduce_bytes_per_us > 0)
-          clock[static_cast<size_t>(x)] += static_cast<double>(st.recv.size() * elem_bytes) / net.reduce_bytes_per_us;
+      if (!buf[static_cast<size_t>(x)].put(st.recv, m.data, st.reduce)) {
+        res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " reduces data already finalized";
+        return res;
       }
-      sent[static_cast<size_t>(x)] = false;
-      ++i;
+      double& t = clock[static_cast<size_t>(x)];
+      if (m.arrival > t) t = m.arrival + net.wake_us;
+      const double bytes = static_cast<double>(st.recv.size() * elem_bytes);
+      const bool staged = st.reduce && st.send_peer >= 0 && st.send.begin < st.recv.end && st.recv.begin < st.send.end;
+      double cpu = st.send_peer >= 0 ? 0 : net.step_cpu_us;  // a send and receive together are one step
+      if (st.reduce) cpu += per_byte(bytes, net.reduce_bytes_per_us);
+      if (!st.reduce || staged) cpu += per_byte(bytes, net.copy_bytes_per_us);  // out of the slot
+      work(x, cpu);
     }
-    if (i == s.size() && !sent[static_cast<size_t>(x)]) {
-      sent[static_cast<size_t>(x)] = true;  // counted once
-      ++finished;
-    }
+    sent[static_cast<size_t>(x)] = false;
+    ++i;
+    ready.push({clock[static_cast<size_t>(x)], x});
   }
   if (finished != n) {
     for (int x = 0; x < n; ++x)
