@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -171,6 +172,17 @@ struct Bench {
     return recv.data();
   }
   size_t cur_count = 0;
+  // The collective's kind, for asking the communicator which algorithm it runs.
+  std::optional<OpKind> op_kind() const {
+    switch (o.kind) {
+      case Coll::kAllReduce: return OpKind::kAllReduce;
+      case Coll::kReduceScatter: return OpKind::kReduceScatter;
+      case Coll::kAllGather: return OpKind::kAllGather;
+      case Coll::kBroadcast: return OpKind::kBroadcast;
+      case Coll::kReduce: return OpKind::kReduce;
+      default: return std::nullopt;
+    }
+  }
 
   Status run(bool in_place) {
     auto [sc, rc] = counts(cur_count);
@@ -287,9 +299,13 @@ int run_rank(const Options& o) {
       std::fflush(stdout);
       for (int k = 0; k < 2; ++k) {
         double algbw = size_b / us[k] / 1e3;
+        std::string algo = "p2p";
+        if (auto kind = b.op_kind(); kind)
+          algo = to_string(c.algorithm_for(*kind, kind == OpKind::kReduceScatter ? rc : sc, o.type, k == 1).algorithm);
         json_rows += detail::cat(json_rows.empty() ? "" : ",\n", "    {\"size\": ", shown * eb, ", \"count\": ", shown,
                                  ", \"in_place\": ", k ? "true" : "false", ", \"time_us\": ", us[k], ", \"algbw\": ",
-                                 algbw, ", \"busbw\": ", algbw * b.bus_factor(), ", \"wrong\": ", wrong[k], "}");
+                                 algbw, ", \"busbw\": ", algbw * b.bus_factor(), ", \"wrong\": ", wrong[k],
+                                 ", \"algorithm\": \"", algo, "\"}");
       }
       bus_sum += size_b / us[0] / 1e3 * b.bus_factor();
       ++rows;

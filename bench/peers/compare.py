@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """dcomm side by side with its peers, in one run, on the same sizes and rank count.
 
-    bench/peers/compare.py [-N ranks] [-c collective] [-r reps] [-e maxbytes] [--peers openmpi,mpich,gloo]
-                           [--install] [--png out.png] [--json out.json]
+    bench/peers/compare.py [-N ranks] [-c collective] [-r reps] [-b minbytes] [-e maxbytes] [--peers openmpi,mpich,gloo]
+                           [--install] [--png out.png] [--json out.json] [--registered] [--algos a,b,... [--sim]]
 
 Runs dcomm-bench, OpenMPI and MPICH (bench/peers/mpi_bench.cpp built against each) and Gloo
 (bench/peers/gloo_bench.py), whichever are installed (--install apt-installs the missing
@@ -10,7 +10,9 @@ ones), float32 sum, every power of two from 8 B, buffers reused by all. Each sys
 `reps` times, alternating, and each size shows its median time: this machine is shared, and
 one preemption moves a sub-microsecond mean. Small sizes take 1000 iterations, large 20.
 Prints one table with each system's time and busbw and dcomm's time over the best peer's;
---png plots busbw against size, --json keeps every number.
+--png plots busbw against size, --json keeps every number. --algos adds dcomm with each
+algorithm forced, and how the automatic choice (column dcomm) fares against the best of them
+(--peers '' leaves the peers out).
 """
 import argparse
 import json
@@ -24,6 +26,7 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.join(ROOT, "build", "bench")
 PASSES = [("8", "1M", "1000", "50"), ("2M", None, "20", "5")]
+CHOSEN = {}  # size -> the algorithm dcomm chose by itself (out of place)
 APT = {"openmpi": ["openmpi-bin", "libopenmpi-dev"], "mpich": ["mpich", "libmpich-dev"], "gloo": ["python3-torch"],
        "png": ["python3-matplotlib"]}
 
@@ -49,11 +52,18 @@ def parse_rows(text):
     return rows
 
 
-def run_dcomm(a, lo, hi, iters, warm, registered=False):
+def run_dcomm(a, lo, hi, iters, warm, registered=False, algo=None):
+    """dcomm-bench's time per size; with algo, that algorithm forced (DCOMM_ALGO), and the
+    sizes where it cannot run (the call ran another) left out."""
+    env = dict(os.environ, DCOMM_ALGO=f"{a.c}:{algo}") if algo else None
     with tempfile.NamedTemporaryFile(suffix=".json") as j:
         sh([os.path.join(BUILD, "dcomm-bench"), a.c, "-N", str(a.N), "-b", lo, "-e", hi, "-f", "2", "-n", iters,
-            "-w", warm, "-c", "1", "-J", j.name, "-R", "1" if registered else "0"])
+            "-w", warm, "-c", "1", "-J", j.name, "-R", "1" if registered else "0"], env=env)
         r = json.load(open(j.name))
+    if algo:
+        r["results"] = [x for x in r["results"] if x["algorithm"] == algo]
+    elif not registered:
+        CHOSEN.update({x["size"]: x["algorithm"] for x in r["results"] if not x["in_place"]})
     bad = sum(x["wrong"] for x in r["results"])
     if bad:
         sys.exit(f"dcomm-bench reported {bad} wrong elements")
@@ -78,6 +88,7 @@ def main():
     p.add_argument("-N", type=int, default=2)
     p.add_argument("-c", default="all_reduce", choices=["all_reduce", "reduce_scatter", "all_gather", "broadcast"])
     p.add_argument("-r", type=int, default=3)
+    p.add_argument("-b", default="8")
     p.add_argument("-e", default="256M")
     p.add_argument("--peers", default="openmpi,mpich,gloo")
     p.add_argument("--install", action="store_true")
@@ -85,6 +96,13 @@ def main():
     p.add_argument("--json")
     p.add_argument("--registered", action="store_true",
                    help="also run dcomm with buffers from dcomm::mem_alloc (column dcomm-R, ratio R)")
+    p.add_argument("--algos", default="",
+                   help="also run dcomm with each of these algorithms forced (DCOMM_ALGO), e.g. "
+                        "ring,direct,recursive_doubling,rabenseifner,tree,double_tree: columns dcomm/<algo> "
+                        "(- where it cannot run that size), auto / best forced, best non-ring / ring")
+    p.add_argument("--sim", action="store_true",
+                   help="with --algos: also print dcomm-sim --local N's predicted time of each algorithm over the "
+                        "ring's next to the measured one")
     a = p.parse_args()
     wanted = [x for x in a.peers.split(",") if x]
     if a.install:
@@ -104,43 +122,96 @@ def main():
         if mpi in peers:
             sh([f"mpicxx.{mpi}", "-O2", "-std=c++20", os.path.join(ROOT, "bench/peers/mpi_bench.cpp"), "-o",
                 os.path.join(BUILD, f"mpi-bench-{mpi}")])
-    systems = ["dcomm"] + (["dcomm-R"] if a.registered else []) + peers
+    algos = [x for x in a.algos.split(",") if x]
+    systems = ["dcomm"] + (["dcomm-R"] if a.registered else []) + [f"dcomm/{x}" for x in algos] + peers
     times = {s: {} for s in systems}
     for _ in range(a.r):
         for lo, hi, iters, warm in PASSES:
             hi = a.e if hi is None or to_bytes(hi) > to_bytes(a.e) else hi
+            lo = a.b if to_bytes(a.b) > to_bytes(lo) else lo
             if to_bytes(lo) > to_bytes(hi):
                 continue
             for s in systems:
                 if s.startswith("dcomm"):
-                    got = run_dcomm(a, lo, hi, iters, warm, registered=s == "dcomm-R")
+                    got = run_dcomm(a, lo, hi, iters, warm, registered=s == "dcomm-R",
+                                    algo=s.split("/")[1] if "/" in s else None)
                 else:
                     got = run_peer(s, a, lo, hi, iters, warm)
                 for size, t in got.items():
                     times[s].setdefault(size, []).append(t)
     n = a.N
     factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(a.c, (n - 1) / n)
-    sizes = sorted(set.intersection(*(set(times[s]) for s in systems)))
-    med = {s: {z: statistics.median(times[s][z]) for z in sizes} for s in systems}
-    busbw = {s: {z: z / med[s][z] / 1e3 * factor for z in sizes} for s in systems}
+    fixed = [f"dcomm/{x}" for x in algos]
+    sizes = sorted(set.intersection(*(set(times[s]) for s in systems if s not in fixed)))
+    med = {s: {z: statistics.median(times[s][z]) for z in sizes if z in times[s]} for s in systems}
+    busbw = {s: {z: z / t / 1e3 * factor for z, t in med[s].items()} for s in systems}
     print(f"# {a.c}, {n} ranks, float32 sum, median of {a.r} runs; time in us, busbw in GB/s; "
           f"ratio = dcomm time / best peer time (lower is better)")
-    head = f"{'size':>9}" + "".join(f" {s + ' us':>12} {'GB/s':>6}" for s in systems) + f" {'best peer':>9} {'ratio':>6}" + (f" {'ratio R':>7}" if a.registered else "")
+    w = max([12] + [len(s) + 3 for s in systems])
+    head = f"{'size':>9}" + "".join(f" {s + ' us':>{w}} {'GB/s':>6}" for s in systems)
+    head += (f" {'best peer':>9} {'ratio':>6}" if peers else "") + (f" {'ratio R':>7}" if a.registered and peers else "")
+    head += f" {'auto/best':>9} {'lat/ring':>8} {'auto ran':>18}" if fixed else ""
     print(head)
+    cell = lambda s, z: f" {med[s][z]:{w}.2f} {busbw[s][z]:6.2f}" if z in med[s] else f" {'-':>{w}} {'-':>6}"
     for z in sizes:
         best = min(peers, key=lambda s: med[s][z]) if peers else None
-        line = f"{human(z):>9}" + "".join(f" {med[s][z]:12.2f} {busbw[s][z]:6.2f}" for s in systems)
+        line = f"{human(z):>9}" + "".join(cell(s, z) for s in systems)
         if best:
             line += f" {best:>9} {med['dcomm'][z] / med[best][z]:6.2f}"
             if a.registered:
                 line += f" {med['dcomm-R'][z] / med[best][z]:7.2f}"
+        if fixed:
+            ran = [med[s][z] for s in fixed if z in med[s]]
+            line += f" {med['dcomm'][z] / min(ran):9.2f}" if ran else f" {'-':>9}"
+            lat = [med[s][z] for s in fixed if s != "dcomm/ring" and z in med[s]]
+            ring = med.get("dcomm/ring", {}).get(z)
+            line += f" {ring / min(lat):8.2f}" if lat and ring else f" {'-':>8}"
+            line += f" {CHOSEN.get(z, '?'):>18}"
         print(line)
+    if a.sim and fixed:
+        compare_sim(a, sizes, med)
     if a.json:
         json.dump({"collective": a.c, "ranks": n, "reps": a.r,
-                   "systems": {s: [{"size": z, "time_us": med[s][z], "busbw": busbw[s][z]} for z in sizes] for s in systems}},
+                   "systems": {s: [{"size": z, "time_us": med[s][z], "busbw": busbw[s][z]} for z in sizes if z in med[s]]
+                               for s in systems}},
                   open(a.json, "w"), indent=1)
     if a.png:
         plot(a, systems, sizes, busbw)
+
+
+def compare_sim(a, sizes, med):
+    """Predicted (dcomm-sim --local N) against measured time of each forced algorithm over the
+    ring's, per size; the last column is the largest |predicted/measured - 1| of the row."""
+    out = sh([os.path.join(ROOT, "build", "tools", "dcomm-sim"), "--local", str(a.N), "-s", ",".join(map(str, sizes))])
+    lines = [x.split() for x in out.splitlines() if x.strip()]
+    head = next(x for x in lines if x[0] == "ranks")
+    cols = head[2:]
+    pred = {}
+    for f in lines:
+        if f[0].isdigit():
+            vals = [float(v) for v in f[3::2]]  # "<time> ok" pairs after ranks and "<n> <unit>"
+            z = to_bytes(f[1] + {"B": "", "KiB": "K", "MiB": "M", "GiB": "G"}[f[2]])
+            pred[z] = dict(zip(cols, vals))
+    algos = [x for x in cols if x != "ring" and f"dcomm/{x}" in med]
+    print(f"# time over the ring's: predicted by dcomm-sim --local {a.N} / measured (median)")
+    print(f"{'size':>9}" + "".join(f" {x:>26}" for x in algos) + f" {'worst error':>11}")
+    worst_all = 0
+    for z in sizes:
+        ring = med.get("dcomm/ring", {}).get(z)
+        if z not in pred or not ring:
+            continue
+        line, worst = f"{human(z):>9}", 0
+        for x in algos:
+            m = med[f"dcomm/{x}"].get(z)
+            if m is None:
+                line += f" {'-':>26}"
+                continue
+            pr, mr = pred[z][x] / pred[z]["ring"], m / ring
+            worst = max(worst, abs(pr / mr - 1))
+            line += f" {pr:12.2f} / {mr:5.2f} ({pr / mr - 1:+4.0%})"
+        worst_all = max(worst_all, worst)
+        print(line + f" {worst:11.0%}")
+    print(f"# largest error: {worst_all:.0%}")
 
 
 def to_bytes(text):
@@ -165,7 +236,8 @@ def plot(a, systems, sizes, busbw):
         return
     fig, ax = plt.subplots(figsize=(8, 5))
     for s in systems:
-        ax.plot(sizes, [busbw[s][z] for z in sizes], marker="o", markersize=3, label=s, linewidth=2.5 if s == "dcomm" else 1.2)
+        zs = [z for z in sizes if z in busbw[s]]
+        ax.plot(zs, [busbw[s][z] for z in zs], marker="o", markersize=3, label=s, linewidth=2.5 if s == "dcomm" else 1.2)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s)")

@@ -9,20 +9,8 @@ min=${1:-1M}
 max=${2:-256M}
 [ "$(id -u)" -eq 0 ] || { echo "netns.sh needs root (ip netns)"; exit 77; }
 [ -x build/bench/dcomm-bench ] || bash scripts/build.sh >/dev/null
-a=dcomm-a-$$ b=dcomm-b-$$ va=dcva$$ vb=dcvb$$
-tmp=$(mktemp -d)
-cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-ip netns add "$a"
-ip netns add "$b"
-ip link add "$va" type veth peer name "$vb"
-ip link set "$va" netns "$a"
-ip link set "$vb" netns "$b"
-ip -n "$a" addr add 10.213.0.1/24 dev "$va"
-ip -n "$b" addr add 10.213.0.2/24 dev "$vb"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "$va" up
-ip -n "$b" link set "$vb" up
+NETNS_NET=10.213.0
+. tests/netns/pair.sh
 if [ -n "${NETEM:-}" ]; then
   # shellcheck disable=SC2086
   ip netns exec "$a" tc qdisc add dev "$va" root netem $NETEM

@@ -93,6 +93,73 @@ TEST_CASE("ring order from the hosts: ranks grouped by host, and every algorithm
   }
 }
 
+#ifdef DCOMM_HAS_UCX
+// UCX between threads (one worker each), over its shared-memory and its TCP transports.
+TEST_CASE("matrix, threads as ranks over UCX (UCX_TLS=sm,self and tcp,self)") {
+  for (const char* tls : {"sm,self", "tcp,self"}) {
+    setenv("UCX_TLS", tls, 1);
+    for (int size : {2, 3}) {
+      CAPTURE(tls);
+      CAPTURE(size);
+      run_full_matrix(size, TransportChoice::kUcx);
+    }
+  }
+  unsetenv("UCX_TLS");
+}
+#else
+TEST_CASE("DCOMM_TRANSPORT=ucx without UCX built in is an error that says how to get it") {
+  auto comms = Communicator::create_local(2, test_config(TransportChoice::kUcx));
+  REQUIRE(!comms.ok());
+  CHECK(comms.status().message().find("built without UCX") != std::string::npos);
+}
+#endif
+
+#ifdef DCOMM_HAS_VERBS
+// Over RC queue pairs where an RDMA device exists (Soft-RoCE in the guest of
+// scripts/rdma-vm.sh); where none does, asking for verbs is an error that says so.
+TEST_CASE("verbs: the matrix over RC queue pairs, or a clear error without a device") {
+  auto comms = Communicator::create_local(2, test_config(TransportChoice::kVerbs));
+  if (!dcomm::detail::has_rdma_device()) {
+    REQUIRE(!comms.ok());
+    CHECK(comms.status().message().find("no RDMA device found") != std::string::npos);
+    MESSAGE("no RDMA device here: the verbs matrix runs under scripts/rdma-vm.sh");
+    return;
+  }
+  REQUIRE_MESSAGE(comms.ok(), comms.status().message());
+  for (int size : {2, 3, 4}) {
+    CAPTURE(size);
+    run_full_matrix(size, TransportChoice::kVerbs);
+  }
+}
+
+TEST_CASE("verbs: the registration cache registers a buffer once") {
+  if (!dcomm::detail::has_rdma_device()) {
+    MESSAGE("no RDMA device here: skipped (runs under scripts/rdma-vm.sh)");
+    return;
+  }
+  auto dev = VerbsDevice::open();
+  REQUIRE_MESSAGE(dev.ok(), dev.status().message());
+  RegistrationCache cache((*dev)->pd(), 4);
+  std::vector<char> a(1 << 20), b(4096);
+  auto first = cache.get(a.data(), a.size(), IBV_ACCESS_LOCAL_WRITE);
+  REQUIRE(first.ok());
+  auto again = cache.get(a.data(), a.size(), IBV_ACCESS_LOCAL_WRITE);
+  auto inside = cache.get(a.data() + 4096, 8192, IBV_ACCESS_LOCAL_WRITE);
+  REQUIRE((again.ok() && inside.ok()));
+  CHECK(*again == *first);
+  CHECK(*inside == *first);
+  CHECK(cache.registrations() == 1);
+  CHECK(cache.hits() == 2);
+  auto other = cache.get(b.data(), b.size(), IBV_ACCESS_LOCAL_WRITE);  // not inside a: a new region
+  REQUIRE(other.ok());
+  CHECK(cache.registrations() == 2);
+  // Wider access than registered: a new region too.
+  auto remote = cache.get(a.data(), a.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  REQUIRE(remote.ok());
+  CHECK(cache.registrations() == 3);
+}
+#endif
+
 TEST_CASE("matrix, threads as ranks, the single-copy paths from 1 KiB") {
   for (int size : {2, 4}) {
     CAPTURE(size);

@@ -1,4 +1,4 @@
-// Processes as ranks: shared memory and TCP between real processes, started the way
+// Processes as ranks: shared memory, TCP and UCX between real processes, started the way
 // torchrun, srun and dcomm's own launcher start them; a rank killed mid-collective; a
 // /dev/shm too small to hold the FIFOs.
 #include <doctest/doctest.h>
@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include <dcomm/bootstrap/local_launch.hpp>
+#include <dcomm/bootstrap/roster.hpp>
 
 #include "support/files.hpp"
 
@@ -81,6 +82,35 @@ TEST_CASE("matrix, processes over TCP, world sizes 2, 3, 4") {
   }
 }
 
+#ifdef DCOMM_HAS_UCX
+// UCX over its own shared-memory transports and over its TCP transport (UCX_TLS), between
+// processes.
+TEST_CASE("matrix, processes over UCX: shared memory and TCP, world sizes 2, 3") {
+  for (std::string tls : {"sm,self", "tcp,self"}) {
+    for (int size : {2, 3}) {
+      CAPTURE(tls);
+      CAPTURE(size);
+      check_all_exit(run_local({"matrix"}, size, with(kSmall, {"DCOMM_TRANSPORT=ucx", "UCX_TLS=" + tls})), 0);
+    }
+  }
+}
+#endif
+
+#ifdef DCOMM_HAS_VERBS
+// RC queue pairs between processes: runs where an RDMA device exists (Soft-RoCE in the guest
+// of scripts/rdma-vm.sh).
+TEST_CASE("matrix, processes over verbs, world sizes 2, 3") {
+  if (!dcomm::detail::has_rdma_device()) {
+    MESSAGE("no RDMA device here: skipped (scripts/rdma-vm.sh runs it under Soft-RoCE)");
+    return;
+  }
+  for (int size : {2, 3}) {
+    CAPTURE(size);
+    check_all_exit(run_local({"matrix"}, size, with(kSmall, {"DCOMM_TRANSPORT=verbs"})), 0);
+  }
+}
+#endif
+
 TEST_CASE("bootstrap from a torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)") {
   int port = free_port();
   auto procs = spawn_processes({kWorker, "matrix"}, 3, [&](int r) {
@@ -104,7 +134,11 @@ TEST_CASE("bootstrap from a Slurm environment on one node (no address given)") {
 }
 
 TEST_CASE("a rank killed mid-collective: every survivor's error names it") {
-  for (std::string transport : {"shm", "tcp"}) {
+  std::vector<std::string> transports = {"shm", "tcp"};
+#ifdef DCOMM_HAS_UCX
+  transports.push_back("ucx");
+#endif
+  for (const std::string& transport : transports) {
     CAPTURE(transport);
     // Big all_reduces, so the victim dies with data in flight; rank 2 of 4 dies after 5 rounds.
     // The deadline is ten minutes and the survivors get one: they must learn of the death

@@ -4,6 +4,8 @@
 // at once rather than as a timeout somewhere later.
 #pragma once
 
+#include <dirent.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -44,9 +46,19 @@ inline uint64_t this_process_id() {
   return id;
 }
 
+// An RDMA device (InfiniBand, RoCE, Soft-RoCE) is registered with the kernel.
+inline bool has_rdma_device() {
+  DIR* d = opendir("/sys/class/infiniband");
+  if (!d) return false;
+  bool any = false;
+  while (dirent* e = readdir(d)) any |= e->d_name[0] != '.';
+  closedir(d);
+  return any;
+}
+
 inline std::string serialize(const PeerInfo& p) {
   return cat(p.rank, "\n", p.hostname, "\n", p.host_id, "\n", p.pid, "\n", p.address, "\n", p.process_id, "\n",
-             p.probe_addr, "\n");
+             p.probe_addr, "\n", p.rdma ? 1 : 0, "\n", p.built, "\n");
 }
 inline PeerInfo deserialize(const std::string& text) {
   std::istringstream in(text);
@@ -59,6 +71,8 @@ inline PeerInfo deserialize(const std::string& text) {
   std::getline(in, p.address);
   std::getline(in, line), p.process_id = std::stoull(line);
   std::getline(in, line), p.probe_addr = std::stoull(line);
+  std::getline(in, line), p.rdma = line == "1";
+  std::getline(in, line), p.built = std::stoi(line);
   return p;
 }
 }  // namespace detail
@@ -74,6 +88,13 @@ inline PeerInfo make_self_info(int rank, const std::string& listen_address) {
   p.address = listen_address;
   p.process_id = detail::this_process_id();
   p.probe_addr = reinterpret_cast<uint64_t>(&detail::cma_probe_word());
+  p.rdma = detail::has_rdma_device();
+#ifdef DCOMM_HAS_UCX
+  p.built |= PeerInfo::kBuiltUcx;
+#endif
+#ifdef DCOMM_HAS_VERBS
+  p.built |= PeerInfo::kBuiltVerbs;
+#endif
   return p;
 }
 

@@ -37,6 +37,12 @@
 #include "dcomm/algo/recursive.hpp"
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/topo/order.hpp"
+#ifdef DCOMM_HAS_UCX
+#include "dcomm/transport/ucx.hpp"
+#endif
+#ifdef DCOMM_HAS_VERBS
+#include "dcomm/transport/verbs.hpp"
+#endif
 #include "dcomm/algo/single_copy.hpp"
 #include "dcomm/bootstrap/launcher.hpp"
 #include "dcomm/bootstrap/roster.hpp"
@@ -186,6 +192,12 @@ class Communicator {
     return transports_[static_cast<size_t>(r)] ? transports_[static_cast<size_t>(r)]->name() : "self";
   }
   const Config& config() const { return config_; }
+  // The algorithm a collective of this shape runs here, and why (as DCOMM_DEBUG_SUBSYS=TUNING
+  // logs it): the same on every rank. kSingleCopyIfRegistered still falls back to the ring
+  // when some rank's buffers are not from mem_alloc.
+  Choice algorithm_for(OpKind kind, size_t count, DataType type, bool in_place) const {
+    return choose_algorithm({kind, count, size_of(type), size_, in_place, hosts_}, config_, single_copy_, link_);
+  }
   // The ring order: the rank at each position of rings, chains and trees (topo/order.hpp).
   const std::vector<int>& ring_order() const { return order_; }
   // Staging memory (FIFOs) this rank holds now, in bytes. Links are connected on first use,
@@ -384,20 +396,23 @@ class Communicator {
       size_t up = static_cast<size_t>(p);
       plan.control[up] = p != rank && peers_[up].process_id != self.process_id;
       plan.data_sockets[up] = kinds_[up] == TransportChoice::kTcp ? config.sockets_per_peer : 0;
-      need_proxy |= plan.control[up] || plan.data_sockets[up] > 0;
+      need_proxy |= plan.control[up] || proxied(kinds_[up]);
     }
     uint64_t nonce = std::hash<std::string>{}(prefix);
     auto mesh = build_mesh(rank, nonce, peers_, plan, *listener, config.timeout);
     if (!mesh.ok()) return mesh.status();
     if (need_proxy) {
       proxy_ = std::make_unique<Proxy>(rank, peers_, abort_);
-      std::vector<TcpLink*> links(static_cast<size_t>(size), nullptr);
+      std::vector<ProxyLink*> links(static_cast<size_t>(size), nullptr);
       for (int p = 0; p < size; ++p) {
         size_t up = static_cast<size_t>(p);
         if (mesh->control[up].valid()) proxy_->add_control(p, std::move(mesh->control[up]));
-        if (plan.data_sockets[up]) links[up] = proxy_->add_link(p, std::move(mesh->data[up]), config);
+        if (plan.data_sockets[up])
+          links[up] = proxy_->add_link(std::make_unique<TcpLink>(p, std::move(mesh->data[up]), config));
       }
-      tcp_ = std::make_unique<TcpTransport>(proxy_.get(), std::move(links));
+      tcp_ = std::make_unique<ProxiedTransport>("tcp", proxy_.get(), std::move(links));
+      DCOMM_RETURN_IF_ERROR(add_ucx_links());
+      DCOMM_RETURN_IF_ERROR(add_verbs_links());
       proxy_->start();
     }
     for (int p = 0; p < size; ++p) {
@@ -405,6 +420,8 @@ class Communicator {
       if (p == rank) continue;
       transports_[up] = kinds_[up] == TransportChoice::kInproc ? static_cast<Transport*>(&inproc_)
                         : kinds_[up] == TransportChoice::kShm  ? static_cast<Transport*>(&shm_)
+                        : kinds_[up] == TransportChoice::kUcx  ? static_cast<Transport*>(ucx_.get())
+                        : kinds_[up] == TransportChoice::kVerbs ? static_cast<Transport*>(verbs_.get())
                                                                : static_cast<Transport*>(tcp_.get());
     }
     {
@@ -494,6 +511,89 @@ class Communicator {
     return {};
   }
 
+  // The peers this rank reaches over transport `k`.
+  std::vector<int> peers_over(TransportChoice k) const {
+    std::vector<int> out;
+    for (int p = 0; p < size_; ++p)
+      if (kinds_[static_cast<size_t>(p)] == k) out.push_back(p);
+    return out;
+  }
+  // What rank p published under the communicator's prefix + `key` (waits, with the deadline).
+  Result<std::string> published_by(int p, const std::string& key, const char* what) {
+    auto v = store_->get(prefix_ + key);
+    if (!v.ok()) return v.status().with_context(detail::cat("rank ", rank_, " waiting for rank ", p, "'s ", what));
+    return v;
+  }
+
+  // UCX links (transport/ucx.hpp): one worker for this rank, its address swapped through the
+  // store, an endpoint to every UCX peer; before the proxy thread starts.
+  Status add_ucx_links() {
+    if (peers_over(TransportChoice::kUcx).empty()) return {};
+#ifdef DCOMM_HAS_UCX
+    auto worker = UcxWorker::create();
+    if (!worker.ok()) return worker.status().with_context(detail::cat("rank ", rank_, " setting up UCX"));
+    auto address = (*worker)->address();
+    if (!address.ok()) return address.status();
+    DCOMM_RETURN_IF_ERROR(store_->set(detail::cat(prefix_, "/ucx/", rank_), *address));
+    std::vector<ProxyLink*> links(static_cast<size_t>(size_), nullptr);
+    for (int p : peers_over(TransportChoice::kUcx)) {
+      auto theirs = published_by(p, detail::cat("/ucx/", p), "UCX address");
+      if (!theirs.ok()) return theirs.status();
+      auto link = std::make_unique<UcxLink>(p, rank_, config_, *worker);
+      DCOMM_RETURN_IF_ERROR(link->connect(*theirs, peers_[static_cast<size_t>(p)].host_id == peers_[static_cast<size_t>(rank_)].host_id));
+      links[static_cast<size_t>(p)] = proxy_->add_link(std::move(link));
+    }
+    ucx_ = std::make_unique<ProxiedTransport>("ucx", proxy_.get(), std::move(links));
+    return {};
+#else
+    return invalid_argument("rank ", rank_, ": DCOMM_TRANSPORT=ucx, but this program ",
+                            "was built without UCX: link the CMake target dcomm::ucx (package libucx-dev)");
+#endif
+  }
+
+  // Between hosts that both have an RDMA device: UCX where both have it built in, else
+  // verbs; otherwise TCP. Both ends decide from the same two PeerInfos, so they agree.
+  static TransportChoice between_hosts(const PeerInfo& a, const PeerInfo& b) {
+    if (!a.rdma || !b.rdma) return TransportChoice::kTcp;
+    const int both = a.built & b.built;
+    if (both & PeerInfo::kBuiltUcx) return TransportChoice::kUcx;
+    if (both & PeerInfo::kBuiltVerbs) return TransportChoice::kVerbs;
+    return TransportChoice::kTcp;
+  }
+
+  // Verbs links (transport/verbs.hpp): one device for this rank, a queue pair per verbs peer,
+  // endpoints swapped through the store; before the proxy thread starts.
+  Status add_verbs_links() {
+    if (peers_over(TransportChoice::kVerbs).empty()) return {};
+#ifdef DCOMM_HAS_VERBS
+    auto dev = VerbsDevice::open();
+    if (!dev.ok()) return dev.status().with_context(detail::cat("rank ", rank_));
+    std::vector<std::unique_ptr<VerbsLink>> made(static_cast<size_t>(size_));
+    for (int p : peers_over(TransportChoice::kVerbs)) {
+      auto link = std::make_unique<VerbsLink>(p, config_, *dev);
+      auto mine = link->prepare();
+      if (!mine.ok()) return mine.status();
+      DCOMM_RETURN_IF_ERROR(store_->set(detail::cat(prefix_, "/verbs/", rank_, "/", p), mine->encode()));
+      made[static_cast<size_t>(p)] = std::move(link);
+    }
+    std::vector<ProxyLink*> links(static_cast<size_t>(size_), nullptr);
+    for (int p : peers_over(TransportChoice::kVerbs)) {
+      auto theirs = published_by(p, detail::cat("/verbs/", p, "/", rank_), "queue pair");
+      if (!theirs.ok()) return theirs.status();
+      auto end = VerbsEndpoint::decode(*theirs);
+      if (!end.ok()) return end.status();
+      DCOMM_RETURN_IF_ERROR(made[static_cast<size_t>(p)]->connect(*end));
+      links[static_cast<size_t>(p)] = proxy_->add_link(std::move(made[static_cast<size_t>(p)]));
+    }
+    DCOMM_LOG(kInfo, kSubsysInit, rank_, "verbs links over ", (*dev)->describe());
+    verbs_ = std::make_unique<ProxiedTransport>("verbs", proxy_.get(), std::move(links));
+    return {};
+#else
+    return invalid_argument("rank ", rank_, ": DCOMM_TRANSPORT=verbs, but this program was built without verbs: link ",
+                            "the CMake target dcomm::verbs (packages libibverbs-dev, rdma-core)");
+#endif
+  }
+
   Status choose_transports() {
     const PeerInfo& self = peers_[static_cast<size_t>(rank_)];
     kinds_.assign(static_cast<size_t>(size_), TransportChoice::kAuto);
@@ -506,7 +606,7 @@ class Communicator {
       bool same_host = peer.host_id == self.host_id;
       TransportChoice k = config_.transport;
       if (k == TransportChoice::kAuto)
-        k = same_process ? TransportChoice::kInproc : same_host ? TransportChoice::kShm : TransportChoice::kTcp;
+        k = same_process ? TransportChoice::kInproc : same_host ? TransportChoice::kShm : between_hosts(self, peer);
       if (k == TransportChoice::kInproc && !same_process)
         return invalid_argument("DCOMM_TRANSPORT=inproc, but ", peer.describe(), " is another process");
       if (k == TransportChoice::kShm && !same_host)
@@ -540,7 +640,7 @@ class Communicator {
       if (p == rank_) continue;
       const PeerInfo& peer = peers_[static_cast<size_t>(p)];
       bool same_process = peer.process_id == peers_[static_cast<size_t>(rank_)].process_id;
-      ok = kinds_[static_cast<size_t>(p)] != TransportChoice::kTcp &&
+      ok = !proxied(kinds_[static_cast<size_t>(p)]) &&
            can_read_process(peer.pid, same_process, peer.probe_addr);
     }
     cpu_set_t cpus;
@@ -578,7 +678,7 @@ class Communicator {
     // Every link holds about one FIFO here (TCP: two); refuse before allocating past the bound.
     size_t per_link = fifo_bytes(config_.slot_bytes, static_cast<size_t>(config_.slots));
     size_t after = staging_bytes();
-    for (int p : want) after += per_link * (kinds_[static_cast<size_t>(p)] == TransportChoice::kTcp ? 2 : 1);
+    for (int p : want) after += per_link * (proxied(kinds_[static_cast<size_t>(p)]) ? 2 : 1);
     if (!want.empty() && after > config_.max_staging_bytes)
       return make_error(ErrorCode::kOutOfResources, "connecting to ", want.size(), " more peer(s) would raise this rank's ",
                         "staging memory to ", after >> 20, " MiB, over DCOMM_MAX_STAGING_BYTES (",
@@ -661,7 +761,7 @@ class Communicator {
     if (!reducer.ok()) return reducer.status();
     const size_t eb = reducer->elem_bytes;
     const CallShape shape{d.kind, d.count, eb, size_, in_place(d, eb), hosts_};
-    const Choice choice = choose_algorithm(shape, config_, single_copy_, link_);
+    const Choice choice = algorithm_for(d.kind, d.count, d.type, shape.in_place);
     const Algorithm algorithm = choice.algorithm;
     DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
               to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(algorithm));
@@ -778,7 +878,9 @@ class Communicator {
   InprocTransport inproc_;
   ShmTransport shm_;
   std::unique_ptr<Proxy> proxy_;
-  std::unique_ptr<TcpTransport> tcp_;
+  std::unique_ptr<ProxiedTransport> tcp_;
+  std::unique_ptr<ProxiedTransport> ucx_;
+  std::unique_ptr<ProxiedTransport> verbs_;
   std::vector<Transport*> transports_;
   std::vector<std::unique_ptr<PeerPort>> ports_;
   std::vector<PeerPort*> all_ports_;  // every peer's port, once an all-peer algorithm connected them

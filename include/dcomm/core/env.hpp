@@ -43,7 +43,12 @@ inline Result<long long> env_size(const char* name, long long fallback, long lon
   return *v;
 }
 
-enum class TransportChoice { kAuto, kInproc, kShm, kTcp };
+enum class TransportChoice { kAuto, kInproc, kShm, kTcp, kUcx, kVerbs };
+
+// Whether a proxy thread moves this link's slots (it holds a local FIFO at each end).
+inline bool proxied(TransportChoice k) {
+  return k == TransportChoice::kTcp || k == TransportChoice::kUcx || k == TransportChoice::kVerbs;
+}
 
 // The collectives an algorithm can be forced for (DCOMM_ALGO), in OpKind order, and the
 // algorithm names each accepts ("ring" is the chain for broadcast and reduce).
@@ -166,7 +171,9 @@ struct Config {
     else if (t == "inproc") c.transport = TransportChoice::kInproc;
     else if (t == "shm") c.transport = TransportChoice::kShm;
     else if (t == "tcp") c.transport = TransportChoice::kTcp;
-    else return invalid_argument("DCOMM_TRANSPORT='", t, "' is not one of auto, inproc, shm, tcp");
+    else if (t == "ucx") c.transport = TransportChoice::kUcx;
+    else if (t == "verbs") c.transport = TransportChoice::kVerbs;
+    else return invalid_argument("DCOMM_TRANSPORT='", t, "' is not one of auto, inproc, shm, tcp, ucx, verbs");
     auto algo = parse_algo(env_or("DCOMM_ALGO"));
     if (!algo.ok()) return algo.status();
     c.algo = *algo;

@@ -5,10 +5,11 @@
 //   pending and later wait on this rank fails at once instead of running to its deadline.
 //   When this rank aborts, the proxy tells every peer why (an "abort" message), and peers
 //   that receive one abort too; so a failure anywhere is reported on every surviving rank.
-// - It moves TCP links' slots between local FIFOs and the sockets, striping each slot over
-//   the link's sockets (each socket carries a slice of every slot, prefixed with the slot's
-//   byte count), so a rank thread never blocks in a socket call and a ring of TCP sends
-//   cannot deadlock on full kernel buffers.
+// - It moves the slots of links to peers in other processes between local FIFOs and a wire:
+//   TCP sockets (below: each slot striped over the link's sockets, each socket carrying a
+//   slice of every slot prefixed with the slot's byte count), a UCX endpoint
+//   (transport/ucx.hpp) or an RDMA queue pair. A rank thread never blocks in a wire's call,
+//   and a ring of sends cannot deadlock on full kernel buffers.
 #pragma once
 
 #include <poll.h>
@@ -30,8 +31,51 @@
 
 DCOMM_NAMESPACE_BEGIN
 
-// One TCP peer: local FIFOs at both ends and the sockets between them.
-struct TcpLink {
+// One peer moved by the proxy thread: local FIFOs at both ends and a wire between them.
+class ProxyLink {
+ public:
+  ProxyLink(int peer_rank, const Config& c) : peer(peer_rank), send(c), recv(c) {}
+  virtual ~ProxyLink() = default;
+  virtual const char* kind() const = 0;
+  // Moves whatever can move without blocking; true if anything moved. A broken wire calls fail().
+  virtual bool pump() = 0;
+  // Before the proxy sleeps: adds what to wait on to `fds`; false when it must not sleep
+  // (events are pending).
+  virtual bool prepare_to_sleep(std::vector<pollfd>& /*fds*/) { return true; }
+  // The proxy is stopping: flush and close the wire (bounded).
+  virtual void shutdown() {}
+
+  bool drained() const { return failed || send.fifo.head() == send.fifo.tail(); }
+  // Fails the link: closes its FIFOs (waiters see it) and aborts the communicator, naming the peer.
+  // Once this rank is shutting down, a wire the peer closes first is no failure.
+  bool fail(const std::string& why) {
+    failed = true;
+    recv.fifo.close_producer();
+    send.fifo.close_consumer();
+    if (stopping) {
+      DCOMM_LOG(kInfo, kSubsysTransport, rank, "while shutting down: ", why);
+      return false;
+    }
+    DCOMM_LOG(kWarn, kSubsysTransport, rank, why);
+    if (abort) abort->abort(make_error(ErrorCode::kPeerFailure, why));
+    return false;
+  }
+  std::string peer_name() const { return info ? info->describe() : detail::cat("rank ", peer); }
+
+  int peer;
+  HeapFifo send;  // this rank produces; the proxy consumes and puts it on the wire
+  HeapFifo recv;  // the proxy produces from the wire; this rank consumes
+  bool failed = false;
+  bool stopping = false;  // set by the proxy when this rank shuts down
+  // Set by Proxy::add_link.
+  int rank = -1;
+  const PeerInfo* info = nullptr;
+  std::shared_ptr<AbortState> abort;
+};
+
+// One TCP peer: the sockets between the FIFOs.
+class TcpLink final : public ProxyLink {
+ public:
   struct Stripe {
     Socket sock;
     uint64_t send_slot = 0;  // slot this socket is sending its slice of
@@ -42,14 +86,29 @@ struct TcpLink {
     bool eof = false;
     bool want_out = false, want_in = false;
   };
-  TcpLink(int peer_rank, std::vector<Socket> socks, const Config& c) : peer(peer_rank), send(c), recv(c) {
+  TcpLink(int peer_rank, std::vector<Socket> socks, const Config& c) : ProxyLink(peer_rank, c) {
     for (auto& s : socks) stripes.push_back(Stripe{std::move(s)});
   }
-  int peer;
-  HeapFifo send;  // this rank produces; the proxy consumes and writes to the sockets
-  HeapFifo recv;  // the proxy produces from the sockets; this rank consumes
-  std::vector<Stripe> stripes;
-  bool failed = false;
+  const char* kind() const override { return "tcp"; }
+  bool pump() override;
+  bool prepare_to_sleep(std::vector<pollfd>& fds) override {
+    for (auto& st : stripes) {
+      short ev = static_cast<short>((st.want_in && !st.eof ? POLLIN : 0) | (st.want_out ? POLLOUT : 0));
+      if (ev && st.sock.valid()) fds.push_back({st.sock.fd(), ev, 0});
+    }
+    return true;
+  }
+  void shutdown() override {
+    for (auto& st : stripes)
+      if (st.sock.valid()) ::shutdown(st.sock.fd(), SHUT_WR);
+  }
+
+  // A socket call failed: true when it would have blocked (`want` asks the proxy to poll for
+  // it), else the link fails naming what it did.
+  bool would_block(bool& want, const char* doing) {
+    if (errno == EAGAIN || errno == EINTR) return want = true;
+    return fail(detail::cat(doing, peer_name(), " failed: ", std::strerror(errno)));
+  }
 
   // The slice of a slot of `total` bytes that stripe k carries.
   std::pair<size_t, size_t> slice(size_t k, uint64_t total) const {
@@ -58,6 +117,7 @@ struct TcpLink {
     size_t begin = std::min<size_t>(k * part, total);
     return {begin, std::min<size_t>(begin + part, total)};
   }
+  std::vector<Stripe> stripes;
 };
 
 class Proxy {
@@ -72,9 +132,15 @@ class Proxy {
   }
 
   void add_control(int peer, Socket s) { controls_[static_cast<size_t>(peer)].sock = std::move(s); }
-  TcpLink* add_link(int peer, std::vector<Socket> socks, const Config& c) {
-    links_.push_back(std::make_unique<TcpLink>(peer, std::move(socks), c));
-    return links_.back().get();
+  // Before start(): the proxy moves this link's slots from then on.
+  template <class Link>
+  Link* add_link(std::unique_ptr<Link> link) {
+    Link* raw = link.get();
+    raw->rank = rank_;
+    raw->info = &peers_[static_cast<size_t>(raw->peer)];
+    raw->abort = abort_;
+    links_.push_back(std::move(link));
+    return raw;
   }
   void start() { thread_ = std::thread([this] { run(); }); }
 
@@ -118,17 +184,19 @@ class Proxy {
 
   void run() {
     std::vector<pollfd> fds;
-    std::vector<TcpLink::Stripe*> fd_stripe;
     Clock::time_point stop_began{};
     bool stop_seen = false;
     for (;;) {
       bool progress = false;
-      for (auto& l : links_) progress |= pump(*l);
+      for (auto& l : links_) progress |= !l->failed && l->pump();
       if (send_abort_.exchange(false)) send_control_all(kAbort);
       if (stopping_.load()) {
-        if (!stop_seen) stop_seen = true, stop_began = Clock::now();
+        if (!stop_seen) {
+          stop_seen = true, stop_began = Clock::now();
+          for (auto& l : links_) l->stopping = true;
+        }
         bool drained = true;
-        for (auto& l : links_) drained &= l->failed || l->send.fifo.head() == l->send.fifo.tail();
+        for (auto& l : links_) drained &= l->drained();
         auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - stop_began).count();
         if (drained || abort_->aborted() || waited >= flush_ms_) break;
       }
@@ -136,22 +204,16 @@ class Proxy {
       sleeping_.store(true, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       bool late = false;
-      for (auto& l : links_) late |= pump(*l);
+      for (auto& l : links_) late |= !l->failed && l->pump();
+      fds.clear();
+      fds.push_back({wake_fd_, POLLIN, 0});
+      for (auto& c : controls_)
+        if (c.sock.valid()) fds.push_back({c.sock.fd(), POLLIN, 0});
+      for (auto& l : links_) late |= !l->failed && !l->prepare_to_sleep(fds);
       if (late || send_abort_.load() || stopping_.load()) {
         sleeping_.store(false);
         if (late) continue;
       }
-      fds.clear();
-      fd_stripe.clear();
-      fds.push_back({wake_fd_, POLLIN, 0});
-      fd_stripe.push_back(nullptr);
-      for (auto& c : controls_)
-        if (c.sock.valid()) fds.push_back({c.sock.fd(), POLLIN, 0}), fd_stripe.push_back(nullptr);
-      for (auto& l : links_)
-        for (auto& st : l->stripes) {
-          short ev = static_cast<short>((st.want_in && !st.eof ? POLLIN : 0) | (st.want_out ? POLLOUT : 0));
-          if (ev && st.sock.valid()) fds.push_back({st.sock.fd(), ev, 0}), fd_stripe.push_back(&st);
-        }
       int timeout = stopping_.load() ? 10 : 200;
       ::poll(fds.data(), fds.size(), sleeping_.load() ? timeout : 0);
       sleeping_.store(false);
@@ -163,108 +225,7 @@ class Proxy {
       poll_controls();
     }
     if (!abort_->aborted()) send_control_all(kBye);
-    for (auto& l : links_)
-      for (auto& st : l->stripes)
-        if (st.sock.valid()) ::shutdown(st.sock.fd(), SHUT_WR);
-  }
-
-  // Moves whatever can move on one link without blocking; true if anything moved.
-  bool pump(TcpLink& l) {
-    if (l.failed) return false;
-    bool progress = false;
-    FifoRef out = l.send.fifo, in = l.recv.fifo;
-    uint64_t tail = out.tail();
-    uint64_t sent_min = UINT64_MAX, recv_min = UINT64_MAX;
-    uint64_t room_end = in.head() + in.slots();
-    for (size_t k = 0; k < l.stripes.size(); ++k) {
-      auto& st = l.stripes[k];
-      st.want_out = false;
-      while (st.send_slot < tail) {
-        uint64_t total = out.size(st.send_slot);
-        auto [b, e] = l.slice(k, total);
-        size_t want = 8 + (e - b);
-        iovec iov[2];
-        int n_iov = 0;
-        if (st.send_off < 8) iov[n_iov++] = {reinterpret_cast<char*>(&total) + st.send_off, 8 - st.send_off};
-        size_t data_off = st.send_off < 8 ? 0 : st.send_off - 8;
-        if (e - b > data_off) iov[n_iov++] = {out.payload(st.send_slot, total) + b + data_off, e - b - data_off};
-        // sendmsg with MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE.
-        msghdr msg{};
-        msg.msg_iov = iov;
-        msg.msg_iovlen = static_cast<size_t>(n_iov);
-        ssize_t n = want > st.send_off ? ::sendmsg(st.sock.fd(), &msg, MSG_NOSIGNAL) : 0;
-        if (n < 0) {
-          if (errno == EAGAIN || errno == EINTR) {
-            st.want_out = true;
-            break;
-          }
-          return fail(l, detail::cat("sending to ", peers_[static_cast<size_t>(l.peer)].describe(), " failed: ",
-                                     std::strerror(errno)));
-        }
-        st.send_off += static_cast<size_t>(n);
-        progress |= n > 0;
-        if (st.send_off == want) st.send_slot++, st.send_off = 0, progress = true;
-      }
-      sent_min = std::min(sent_min, st.send_slot);
-
-      st.want_in = false;
-      while (!st.eof && st.recv_slot < room_end) {
-        char* dst;
-        size_t left;
-        if (st.recv_off < 8) {
-          dst = reinterpret_cast<char*>(&st.recv_total) + st.recv_off;
-          left = 8 - st.recv_off;
-        } else {
-          auto [b, e] = l.slice(k, st.recv_total);
-          dst = in.payload(st.recv_slot, st.recv_total) + b + (st.recv_off - 8);
-          left = (e - b) - (st.recv_off - 8);
-        }
-        ssize_t n = left ? ::recv(st.sock.fd(), dst, left, 0) : 0;
-        if (n == 0 && left) {
-          st.eof = true;
-          if (st.recv_off != 0)
-            return fail(l, detail::cat(peers_[static_cast<size_t>(l.peer)].describe(), " closed its connection mid-message"));
-          break;
-        }
-        if (n < 0) {
-          if (errno == EAGAIN || errno == EINTR) {
-            st.want_in = true;
-            break;
-          }
-          return fail(l, detail::cat("receiving from ", peers_[static_cast<size_t>(l.peer)].describe(), " failed: ",
-                                     std::strerror(errno)));
-        }
-        st.recv_off += static_cast<size_t>(n);
-        progress |= n > 0;
-        if (st.recv_off >= 8) {
-          if (st.recv_total > in.slot_bytes())
-            return fail(l, detail::cat(peers_[static_cast<size_t>(l.peer)].describe(), " sent a ", st.recv_total,
-                                       "-byte slot; this rank's slots hold ", in.slot_bytes(),
-                                       " (do all ranks set the same DCOMM_SLOT_BYTES?)"));
-          auto [b, e] = l.slice(k, st.recv_total);
-          if (st.recv_off == 8 + (e - b)) {
-            in.set_size(st.recv_slot, st.recv_total);
-            st.recv_slot++, st.recv_off = 0, progress = true;
-          }
-        }
-      }
-      recv_min = std::min(recv_min, st.recv_slot);
-    }
-    if (sent_min != UINT64_MAX && sent_min > out.head(std::memory_order_relaxed)) out.publish_head(sent_min);
-    if (recv_min != UINT64_MAX && recv_min > in.tail(std::memory_order_relaxed)) in.publish_tail(recv_min);
-    bool all_eof = !l.stripes.empty();
-    for (auto& st : l.stripes) all_eof &= st.eof;
-    if (all_eof && !in.producer_closed()) in.close_producer();
-    return progress;
-  }
-
-  bool fail(TcpLink& l, std::string why) {
-    l.failed = true;
-    l.recv.fifo.close_producer();
-    l.send.fifo.close_consumer();
-    DCOMM_LOG(kWarn, kSubsysTransport, rank_, why);
-    abort_->abort(make_error(ErrorCode::kPeerFailure, why));
-    return false;
+    for (auto& l : links_) l->shutdown();
   }
 
   void poll_controls() {
@@ -325,7 +286,7 @@ class Proxy {
   std::shared_ptr<AbortState> abort_;
   int wake_fd_;
   std::vector<Control> controls_;
-  std::vector<std::unique_ptr<TcpLink>> links_;
+  std::vector<std::unique_ptr<ProxyLink>> links_;
   std::thread thread_;
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stopping_{false};
@@ -335,37 +296,122 @@ class Proxy {
   std::string abort_message_;
 };
 
-class TcpConnection final : public Connection {
+// Moves whatever can move on the sockets without blocking; true if anything moved.
+inline bool TcpLink::pump() {
+  bool progress = false;
+  FifoRef out = send.fifo, in = recv.fifo;
+  uint64_t tail = out.tail();
+  uint64_t sent_min = UINT64_MAX, recv_min = UINT64_MAX;
+  uint64_t room_end = in.head() + in.slots();
+  for (size_t k = 0; k < stripes.size(); ++k) {
+    auto& st = stripes[k];
+    st.want_out = false;
+    while (st.send_slot < tail) {
+      uint64_t total = out.size(st.send_slot);
+      auto [b, e] = slice(k, total);
+      size_t want = 8 + (e - b);
+      iovec iov[2];
+      int n_iov = 0;
+      if (st.send_off < 8) iov[n_iov++] = {reinterpret_cast<char*>(&total) + st.send_off, 8 - st.send_off};
+      size_t data_off = st.send_off < 8 ? 0 : st.send_off - 8;
+      if (e - b > data_off) iov[n_iov++] = {out.payload(st.send_slot, total) + b + data_off, e - b - data_off};
+      // sendmsg with MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE.
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n_iov);
+      ssize_t n = want > st.send_off ? ::sendmsg(st.sock.fd(), &msg, MSG_NOSIGNAL) : 0;
+      if (n < 0) {
+        if (!would_block(st.want_out, "sending to ")) return false;
+        break;
+      }
+      st.send_off += static_cast<size_t>(n);
+      progress |= n > 0;
+      if (st.send_off == want) st.send_slot++, st.send_off = 0, progress = true;
+    }
+    sent_min = std::min(sent_min, st.send_slot);
+
+    st.want_in = false;
+    while (!st.eof && st.recv_slot < room_end) {
+      char* dst;
+      size_t left;
+      if (st.recv_off < 8) {
+        dst = reinterpret_cast<char*>(&st.recv_total) + st.recv_off;
+        left = 8 - st.recv_off;
+      } else {
+        auto [b, e] = slice(k, st.recv_total);
+        dst = in.payload(st.recv_slot, st.recv_total) + b + (st.recv_off - 8);
+        left = (e - b) - (st.recv_off - 8);
+      }
+      ssize_t n = left ? ::recv(st.sock.fd(), dst, left, 0) : 0;
+      if (n == 0 && left) {
+        st.eof = true;
+        if (st.recv_off != 0)
+          return fail(detail::cat(peer_name(), " closed its connection mid-message"));
+        break;
+      }
+      if (n < 0) {
+        if (!would_block(st.want_in, "receiving from ")) return false;
+        break;
+      }
+      st.recv_off += static_cast<size_t>(n);
+      progress |= n > 0;
+      if (st.recv_off >= 8) {
+        if (st.recv_total > in.slot_bytes())
+          return fail(detail::cat(peer_name(), " sent a ", st.recv_total,
+                                     "-byte slot; this rank's slots hold ", in.slot_bytes(),
+                                     " (do all ranks set the same DCOMM_SLOT_BYTES?)"));
+        auto [b, e] = slice(k, st.recv_total);
+        if (st.recv_off == 8 + (e - b)) {
+          in.set_size(st.recv_slot, st.recv_total);
+          st.recv_slot++, st.recv_off = 0, progress = true;
+        }
+      }
+    }
+    recv_min = std::min(recv_min, st.recv_slot);
+  }
+  if (sent_min != UINT64_MAX && sent_min > out.head(std::memory_order_relaxed)) out.publish_head(sent_min);
+  if (recv_min != UINT64_MAX && recv_min > in.tail(std::memory_order_relaxed)) in.publish_tail(recv_min);
+  bool all_eof = !stripes.empty();
+  for (auto& st : stripes) all_eof &= st.eof;
+  if (all_eof && !in.producer_closed()) in.close_producer();
+  return progress;
+}
+
+// A link the proxy moves (TCP, UCX, verbs): the rank thread sees only its local FIFOs.
+class ProxiedConnection final : public Connection {
  public:
-  TcpConnection(TcpLink* link, Proxy* proxy) : link_(link), proxy_(proxy) {}
+  ProxiedConnection(ProxyLink* link, Proxy* proxy) : link_(link), proxy_(proxy) {}
   FifoRef send_fifo() const override { return link_->send.fifo; }
   FifoRef recv_fifo() const override { return link_->recv.fifo; }
   void notify() const override { proxy_->notify(); }
   bool proxied() const override { return true; }
-  const char* kind() const override { return "tcp"; }
+  const char* kind() const override { return link_->kind(); }
   size_t staging_bytes() const override { return link_->send.bytes + link_->recv.bytes; }
-  // The proxy flushes and closes the sockets; the local FIFOs need no goodbye.
+  // The proxy flushes and closes the wire; the local FIFOs need no goodbye.
   void close() override {}
 
  private:
-  TcpLink* link_;
+  ProxyLink* link_;
   Proxy* proxy_;
 };
 
-// TCP links are made with the socket mesh at start-up; connect() hands out the peer's link.
-class TcpTransport final : public Transport {
+// Proxied links are made at start-up (the socket mesh, UCX endpoints); connect() hands out
+// the peer's link.
+class ProxiedTransport final : public Transport {
  public:
-  TcpTransport(Proxy* proxy, std::vector<TcpLink*> links) : proxy_(proxy), links_(std::move(links)) {}
-  const char* name() const override { return "tcp"; }
+  ProxiedTransport(const char* name, Proxy* proxy, std::vector<ProxyLink*> links)
+      : name_(name), proxy_(proxy), links_(std::move(links)) {}
+  const char* name() const override { return name_; }
   Result<std::unique_ptr<Connection>> connect(const ConnectContext& ctx) override {
-    TcpLink* l = links_[static_cast<size_t>(ctx.peer->rank)];
-    if (!l) return make_error(ErrorCode::kInternal, "no TCP link to ", ctx.peer->describe());
-    return std::unique_ptr<Connection>(new TcpConnection(l, proxy_));
+    ProxyLink* l = links_[static_cast<size_t>(ctx.peer->rank)];
+    if (!l) return make_error(ErrorCode::kInternal, "no ", name_, " link to ", ctx.peer->describe());
+    return std::unique_ptr<Connection>(new ProxiedConnection(l, proxy_));
   }
 
  private:
+  const char* name_;
   Proxy* proxy_;
-  std::vector<TcpLink*> links_;
+  std::vector<ProxyLink*> links_;
 };
 
 DCOMM_NAMESPACE_END

@@ -27,6 +27,9 @@ struct PeerInfo {
   std::string address;  // host:port this rank's mesh listener accepts on
   uint64_t process_id = 0;  // unique per process (threads as ranks share it)
   uint64_t probe_addr = 0;  // where this process keeps its cross-memory-attach probe word
+  bool rdma = false;        // the host has an RDMA device (/sys/class/infiniband)
+  int built = 0;            // optional transports compiled in: kBuiltUcx | kBuiltVerbs
+  static constexpr int kBuiltUcx = 1, kBuiltVerbs = 2;
 
   std::string describe() const { return detail::cat("rank ", rank, " (host ", hostname, ", pid ", pid, ")"); }
 };

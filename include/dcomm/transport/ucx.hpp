@@ -1,0 +1,271 @@
+// The UCX transport (libucx-dev, the UCP tag API): each link is a UCP endpoint to the peer's
+// worker, and the proxy thread (transport/proxy.hpp) moves slots between the local FIFOs and
+// it, as it does for TCP. UCX picks the wire: shared memory, TCP, InfiniBand or RoCE verbs
+// (UCX_TLS, UCX_NET_DEVICES choose, as for any UCX program).
+//
+// Slot k from rank s travels as one tagged message, tag = s << 44 | k (the low 44 bits of the
+// running slot count), received straight into slot k of the peer's receive FIFO; a receive is
+// posted only where that FIFO has room. Sends are synchronous (ucp_tag_send_sync_nbx: done
+// when the peer has matched them), so a sender is never more than a FIFO ahead of a slow
+// consumer and the peer's UCX never queues more than that. Endpoints to other hosts use peer
+// error handling (UCX's shared-memory transports have none): a peer that dies, or a wire that
+// breaks, fails the link with an error naming the peer.
+//
+// One UCP context and worker per communicator rank, created at init; the endpoints are made
+// then too, before the proxy thread starts, and only the proxy thread touches the worker after.
+// Build: CMake target dcomm::ucx (defines DCOMM_HAS_UCX and links libucp).
+#pragma once
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/transport/proxy.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+namespace detail {
+inline std::string to_hex(const void* data, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto b = static_cast<const unsigned char*>(data)[i];
+    out += digits[b >> 4], out += digits[b & 15];
+  }
+  return out;
+}
+inline std::string from_hex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
+}
+inline Status ucx_error(ucs_status_t s, const std::string& what) {
+  return make_error(ErrorCode::kSystemError, what, ": ", ucs_status_string(s));
+}
+}  // namespace detail
+
+// A UCP context and worker (UCX_* environment variables apply).
+class UcxWorker {
+ public:
+  static Result<std::shared_ptr<UcxWorker>> create() {
+    auto w = std::shared_ptr<UcxWorker>(new UcxWorker);
+    ucp_config_t* config = nullptr;
+    if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK)
+      return detail::ucx_error(s, "reading the UCX configuration (UCX_* variables)");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    ucs_status_t s = ucp_init(&params, config, &w->context_);
+    ucp_config_release(config);
+    if (s != UCS_OK) return detail::ucx_error(s, "ucp_init (is UCX_TLS set to transports this machine has?)");
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    if (s = ucp_worker_create(w->context_, &wp, &w->worker_); s != UCS_OK) return detail::ucx_error(s, "ucp_worker_create");
+    if (s = ucp_worker_get_efd(w->worker_, &w->efd_); s != UCS_OK) return detail::ucx_error(s, "ucp_worker_get_efd");
+    return w;
+  }
+  ~UcxWorker() {
+    if (worker_) ucp_worker_destroy(worker_);
+    if (context_) ucp_cleanup(context_);
+  }
+  UcxWorker(const UcxWorker&) = delete;
+  UcxWorker& operator=(const UcxWorker&) = delete;
+
+  // The worker's address, hex-encoded for the store.
+  Result<std::string> address() const {
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    if (ucs_status_t s = ucp_worker_get_address(worker_, &addr, &len); s != UCS_OK)
+      return detail::ucx_error(s, "ucp_worker_get_address");
+    std::string hex = detail::to_hex(addr, len);
+    ucp_worker_release_address(worker_, addr);
+    return hex;
+  }
+  ucp_worker_h worker() const { return worker_; }
+  // Progresses the worker once per proxy round (several links share it).
+  bool progress() { return ucp_worker_progress(worker_) != 0; }
+  // Before sleeping on efd(): false when events are pending.
+  bool arm() { return ucp_worker_arm(worker_) == UCS_OK; }
+  int efd() const { return efd_; }
+
+ private:
+  UcxWorker() = default;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+};
+
+class UcxLink final : public ProxyLink {
+ public:
+  static constexpr int kSeqBits = 44;
+
+  UcxLink(int peer_rank, int my_rank, const Config& c, std::shared_ptr<UcxWorker> w)
+      : ProxyLink(peer_rank, c), me_(my_rank), worker_(std::move(w)), sends_(static_cast<size_t>(c.slots)),
+        recvs_(static_cast<size_t>(c.slots)) {}
+  ~UcxLink() override { close_endpoint(std::chrono::milliseconds(0)); }
+
+  // Creates the endpoint to the peer's worker (hex address from the store). Peer-failure
+  // handling is asked for between hosts only: UCX's shared-memory transports have none (on one
+  // host the communicator's control connections report a dead peer either way).
+  Status connect(const std::string& peer_address_hex, bool same_host) {
+    const std::string addr = detail::from_hex(peer_address_hex);
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.address = reinterpret_cast<const ucp_address_t*>(addr.data());
+    p.err_mode = same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = &UcxLink::on_endpoint_error;
+    p.err_handler.arg = this;
+    const ucs_status_t s = ucp_ep_create(worker_->worker(), &p, &ep_);
+    if (s != UCS_OK) return detail::ucx_error(s, detail::cat("creating a UCX endpoint to rank ", peer));
+    return {};
+  }
+
+  const char* kind() const override { return "ucx"; }
+
+  bool pump() override {
+    bool progress = worker_->progress();
+    if (ep_status_ != UCS_OK) {
+      // With data still to deliver this is a failure. Otherwise the peer may simply have
+      // destroyed its communicator first: the link closes, and a later wait on it reports the
+      // peer as gone (a peer that died is reported by the control connections too).
+      if (next_send_ > send.fifo.head()) return fail_with(ep_status_, "the UCX endpoint failed");
+      DCOMM_LOG(kInfo, kSubsysTransport, rank, "UCX link to ", peer_name(), " closed: ", ucs_status_string(ep_status_));
+      failed = true;
+      recv.fifo.close_producer();
+      send.fifo.close_consumer();
+      return false;
+    }
+    FifoRef out = send.fifo, in = recv.fifo;
+    const uint64_t slots = out.slots();
+    // Sends: every committed slot, in order; the slot is freed when the peer has matched it.
+    for (const uint64_t tail = out.tail(); next_send_ < tail; ++next_send_) {
+      Op& op = sends_[next_send_ % slots];
+      const uint64_t bytes = out.size(next_send_);
+      op = Op{this};
+      ucp_request_param_t prm{};
+      prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      prm.cb.send = &UcxLink::on_send;
+      prm.user_data = &op;
+      ucs_status_ptr_t r = ucp_tag_send_sync_nbx(ep_, out.payload(next_send_, bytes), bytes, tag(me_, next_send_), &prm);
+      if (UCS_PTR_IS_ERR(r)) return fail_with(UCS_PTR_STATUS(r), detail::cat("sending slot ", next_send_, " failed"));
+      if (r == nullptr) op.done = true;
+      progress = true;
+    }
+    uint64_t head = out.head(std::memory_order_relaxed);
+    while (head < next_send_ && sends_[head % slots].done) {
+      if (sends_[head % slots].status != UCS_OK) return fail_with(sends_[head % slots].status, "a send failed");
+      ++head;
+    }
+    if (head > out.head(std::memory_order_relaxed)) out.publish_head(head), progress = true;
+
+    // Receives: posted into every slot the consumer has freed, completed in order.
+    for (const uint64_t room = in.head() + slots; next_post_ < room; ++next_post_) {
+      Op& op = recvs_[next_post_ % slots];
+      op = Op{this};
+      ucp_request_param_t prm{};
+      // Always completed through the callback (UCX 1.13 leaves tag_info unset on some
+      // immediate completions, which would lose the length).
+      prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      prm.cb.recv = &UcxLink::on_recv;
+      prm.user_data = &op;
+      ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker(), in.payload(next_post_, in.slot_bytes()), in.slot_bytes(),
+                                            tag(peer, next_post_), ~ucp_tag_t{0}, &prm);
+      if (UCS_PTR_IS_ERR(r)) return fail_with(UCS_PTR_STATUS(r), "posting a receive failed");
+      if (!op.done) op.request = r;
+      progress = true;
+    }
+    uint64_t tail = in.tail(std::memory_order_relaxed);
+    while (tail < next_post_ && recvs_[tail % slots].done) {
+      const Op& op = recvs_[tail % slots];
+      if (op.status == UCS_ERR_MESSAGE_TRUNCATED)
+        return fail(detail::cat(peer_name(), " sent a slot larger than this rank's ", in.slot_bytes(),
+                                " bytes (do all ranks set the same DCOMM_SLOT_BYTES?)"));
+      if (op.status != UCS_OK) return fail_with(op.status, "a receive failed");
+      // Small payloads live inline in the slot's first line (transport/fifo.hpp).
+      if (op.bytes <= kInlineBytes && op.bytes)
+        std::memmove(in.payload(tail, op.bytes), in.payload(tail, in.slot_bytes()), op.bytes);
+      in.set_size(tail, op.bytes);
+      ++tail;
+    }
+    if (tail > in.tail(std::memory_order_relaxed)) in.publish_tail(tail), progress = true;
+    return progress;
+  }
+
+  bool prepare_to_sleep(std::vector<pollfd>& fds) override {
+    if (!worker_->arm()) return false;
+    fds.push_back({worker_->efd(), POLLIN, 0});
+    return true;
+  }
+
+  void shutdown() override { close_endpoint(std::chrono::milliseconds(1000)); }
+
+ private:
+  struct Op {
+    UcxLink* link = nullptr;
+    bool done = false;
+    ucs_status_t status = UCS_OK;
+    size_t bytes = 0;
+    void* request = nullptr;  // a posted receive, until it completes
+  };
+
+  static ucp_tag_t tag(int sender, uint64_t seq) {
+    return (static_cast<ucp_tag_t>(sender) << kSeqBits) | (seq & ((ucp_tag_t{1} << kSeqBits) - 1));
+  }
+  static void on_send(void* request, ucs_status_t status, void* user) {
+    auto* op = static_cast<Op*>(user);
+    op->status = status, op->done = true;
+    ucp_request_free(request);
+  }
+  static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+    auto* op = static_cast<Op*>(user);
+    op->status = status, op->done = true, op->request = nullptr;
+    op->bytes = info ? info->length : 0;
+    ucp_request_free(request);
+  }
+  static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) { static_cast<UcxLink*>(arg)->ep_status_ = status; }
+
+  bool fail_with(ucs_status_t s, const std::string& what) {
+    return fail(detail::cat("UCX link to ", peer_name(), ": ", what, ": ", ucs_status_string(s)));
+  }
+
+  // Cancels the receives still posted (they belong to the worker, which outlives this link),
+  // then flushes and closes the endpoint, waiting up to `wait`; forced when the peer is gone.
+  void close_endpoint(std::chrono::milliseconds wait) {
+    for (Op& op : recvs_)
+      if (op.request && !op.done) ucp_request_cancel(worker_->worker(), op.request);
+    for (int spins = 0; spins < 1000; ++spins) {
+      bool pending = false;
+      for (const Op& op : recvs_) pending |= op.request && !op.done;
+      if (!pending) break;
+      worker_->progress();
+    }
+    if (!ep_) return;
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = failed || ep_status_ != UCS_OK || wait.count() == 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &prm);
+    ep_ = nullptr;
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
+    const auto until = std::chrono::steady_clock::now() + wait;
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until)
+      worker_->progress();
+    if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
+  }
+
+  int me_;
+  std::shared_ptr<UcxWorker> worker_;
+  ucp_ep_h ep_ = nullptr;
+  ucs_status_t ep_status_ = UCS_OK;
+  std::vector<Op> sends_, recvs_;  // by slot
+  uint64_t next_send_ = 0, next_post_ = 0;
+};
+
+DCOMM_NAMESPACE_END

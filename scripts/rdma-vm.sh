@@ -1,0 +1,123 @@
+#!/bin/bash
+# Real RDMA verbs without RDMA hardware: boots Debian 12's kernel under qemu (software
+# emulation; no /dev/kvm needed) with Soft-RoCE (rdma_rxe) on the guest's NIC, runs dcomm's
+# verbs tests, the verbs benchmark next to perftest's ib_write_lat / ib_write_bw, and the
+# network-namespace tests with tc netem loss and delay (tests/netns/netns_test.sh) inside it,
+# and exits with their status.
+#
+#   sudo scripts/rdma-vm.sh [build-dir]     default build-dir: build (configured and built)
+#
+# The first run builds the guest (a Debian kernel from `apt-get download`, a debootstrap
+# minbase root with rdma-core, perftest and UCX, packed as an initramfs): about 3-4 minutes,
+# root and the Debian mirror needed. It is cached in $DCOMM_VM_CACHE (default
+# /var/cache/dcomm-rdma-vm); later runs need neither and take about a minute or two (boot
+# ~15 s, then the tests; emulated Soft-RoCE is slow: ~0.3 Gb/s, ~10 us a write).
+# The test binaries are the host's (Debian 12 too), placed in the guest at the same paths.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$(cd "${1:-$ROOT/build}" && pwd)
+CACHE=${DCOMM_VM_CACHE:-/var/cache/dcomm-rdma-vm}
+LIMIT=${DCOMM_VM_TIMEOUT:-900}
+MIRROR=${DCOMM_VM_MIRROR:-http://deb.debian.org/debian}
+MODULES="rdma_rxe ib_uverbs rdma_ucm ib_umad virtio_net virtio_pci veth crc32_generic configfs sch_netem"
+
+say() { echo "rdma-vm: $*" >&2; }
+[ "$(id -u)" = 0 ] || { say "needs root (debootstrap, and the guest image in $CACHE)"; exit 2; }
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v zstd >/dev/null || need+=(zstd)
+command -v cpio >/dev/null || need+=(cpio)
+command -v depmod >/dev/null || need+=(kmod)
+if [ ${#need[@]} -gt 0 ]; then
+  say "installing ${need[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+build_image() {
+  rm -rf "$CACHE.new" && mkdir -p "$CACHE.new/kernel" && cd "$CACHE.new"
+  local pkg
+  pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  say "kernel package $pkg"
+  apt-get download -qq "$pkg"
+  dpkg -x ./*.deb kernel
+  local ver
+  ver=$(ls kernel/lib/modules)
+  cp kernel/boot/vmlinuz-"$ver" vmlinuz
+  say "debootstrap bookworm minbase (a few minutes)"
+  debootstrap --variant=minbase \
+    --include=rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod,libucx0,procps \
+    bookworm rootfs "$MIRROR" >debootstrap.log 2>&1 || { tail -20 debootstrap.log >&2; exit 1; }
+  # Only the modules the guest needs, with their dependencies (modules.dep).
+  local src=kernel/lib/modules/$ver dst=rootfs/lib/modules/$ver want=($MODULES) seen=" " m f
+  mkdir -p "$dst"
+  while [ ${#want[@]} -gt 0 ]; do
+    m=${want[0]}; want=("${want[@]:1}")
+    case "$seen" in *" $m "*) continue ;; esac
+    seen+="$m "
+    f=$(grep -E "(^|/)${m//_/[_-]}\.ko(\.xz|\.zst)?:" "$src/modules.dep" | head -1) || true
+    [ -n "$f" ] || continue  # built into the kernel
+    mkdir -p "$dst/$(dirname "${f%%:*}")" && cp "$src/${f%%:*}" "$dst/${f%%:*}"
+    for d in ${f#*:}; do want+=("$(basename "${d%%.ko*}")"); done
+  done
+  cp "$src"/modules.order "$src"/modules.builtin* "$dst"/ 2>/dev/null || true
+  depmod -b rootfs "$ver"
+  rm -rf rootfs/var/cache/apt/archives/*.deb rootfs/usr/share/doc rootfs/usr/share/man rootfs/usr/share/locale
+  (cd rootfs && find . | cpio -o -H newc --quiet | zstd -q -19 -T0 -o ../rootfs.cpio.zst)
+  rm -rf rootfs kernel ./*.deb
+  cd / && rm -rf "$CACHE" && mv "$CACHE.new" "$CACHE"
+  say "guest image cached in $CACHE ($(du -sh "$CACHE" | cut -f1))"
+}
+[ -f "$CACHE/rootfs.cpio.zst" ] && [ -f "$CACHE/vmlinuz" ] || build_image
+
+# This run's files: the test binaries at their host paths, the netns test, and /init.
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+for f in tests/test_ranks tests/test_procs tests/dcomm-test-worker bench/dcomm-bench; do
+  [ -x "$BUILD/$f" ] || { say "$BUILD/$f is missing: build first (scripts/build.sh)"; exit 2; }
+  mkdir -p "$STAGE$BUILD/$(dirname $f)" && cp "$BUILD/$f" "$STAGE$BUILD/$f"
+done
+mkdir -p "$STAGE$ROOT/tests/netns" && cp "$ROOT"/tests/netns/*.sh "$STAGE$ROOT/tests/netns/"
+cat >"$STAGE/init" <<EOF
+#!/bin/sh
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+mkdir -p /dev/shm /tmp /run && mount -t tmpfs -o size=512m shm /dev/shm && mount -t tmpfs tmp /tmp
+mount -t configfs none /sys/kernel/config 2>/dev/null
+for m in $MODULES; do modprobe \$m 2>/dev/null; done
+ip link set lo up; ip link set eth0 up; ip addr add 10.0.2.15/24 dev eth0
+rdma link add rxe0 type rxe netdev eth0
+ulimit -l unlimited
+cd /tmp
+run() { echo "=== \$*"; "\$@"; rc=\$?; echo "=== exit \$rc: \$1"; [ \$rc = 0 ] || status=1; }
+status=0
+ibv_devices
+run $BUILD/tests/test_ranks -tc='verbs*'
+run $BUILD/tests/test_procs -tc='*verbs*'
+echo "=== verbs latency and bandwidth: perftest on rxe0 (loopback), then dcomm-bench over verbs"
+(ib_write_lat -d rxe0 -x 1 -n 200 >/tmp/lat.srv 2>&1 &) ; sleep 1; ib_write_lat -d rxe0 -x 1 -n 200 10.0.2.15 | tail -4
+(ib_write_bw -d rxe0 -x 1 -s 1048576 -n 200 >/tmp/bw.srv 2>&1 &) ; sleep 1; ib_write_bw -d rxe0 -x 1 -s 1048576 -n 200 10.0.2.15 | tail -4
+run env DCOMM_TRANSPORT=verbs $BUILD/bench/dcomm-bench all_reduce -N 2 -b 8 -e 16M -f 8 -n 20 -w 2
+run env DCOMM_TRANSPORT=verbs $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 16M -f 8 -n 20 -w 2
+run sh $ROOT/tests/netns/netns_test.sh $BUILD/bench/dcomm-bench --netem
+echo "DCOMM-VM-STATUS \$status"
+echo o >/proc/sysrq-trigger
+sleep 5
+EOF
+chmod +x "$STAGE/init"
+(cd "$STAGE" && find . | cpio -o -H newc --quiet) >"$STAGE.cpio"
+cat "$CACHE/rootfs.cpio.zst" "$STAGE.cpio" >"$STAGE.img"
+rm -f "$STAGE.cpio"
+trap 'rm -rf "$STAGE" "$STAGE.img"' EXIT
+
+say "booting (limit ${LIMIT}s)"
+LOG=${DCOMM_VM_LOG:-/tmp/dcomm-rdma-vm.log}
+start=$(date +%s)
+timeout "$LIMIT" qemu-system-x86_64 -m 2G -smp 2 -nographic -no-reboot \
+  -kernel "$CACHE/vmlinuz" -initrd "$STAGE.img" -append "console=ttyS0 rdinit=/init quiet panic=-1" \
+  -netdev user,id=n0 -device virtio-net-pci,netdev=n0 </dev/null | tee "$LOG" | grep -v "^\[" || true
+status=$(grep -a "DCOMM-VM-STATUS" "$LOG" | tail -1 | awk '{print $2}' | tr -d '\r')
+say "done in $(($(date +%s) - start)) s; log in $LOG"
+[ -n "$status" ] || { say "the guest did not report (timed out or crashed)"; exit 1; }
+exit "$status"

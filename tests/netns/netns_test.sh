@@ -1,0 +1,65 @@
+#!/bin/sh
+# Ranks on two "hosts": network namespaces joined by a veth pair, one rank in each, over TCP
+# and over UCX (its TCP transport), every collective checked bit for bit (dcomm-bench -c 1:
+# a wrong element fails the run). With --netem the link also drops 1% of packets and delays
+# each by 20 ms in each direction (tc netem), and the results must still be exact.
+#
+#   tests/netns/netns_test.sh path/to/dcomm-bench [--netem]
+#
+# Needs root and iproute2. Exit status: 0 passed, 1 failed, 77 skipped (not root, or --netem
+# asked where the kernel has no sch_netem: scripts/rdma-vm.sh runs it in a guest that has).
+# POSIX sh, so that it runs in the minimal guest too.
+set -eu
+BENCH=$1
+NETEM=${2:-}
+[ "$(id -u)" -eq 0 ] || { echo "netns_test: needs root (ip netns); skipped"; exit 77; }
+. "$(dirname "$0")/pair.sh"
+out=$tmp
+if [ "$NETEM" = "--netem" ]; then
+  if ! ip netns exec "$a" tc qdisc add dev "$va" root netem delay 20ms loss 1% 2>/dev/null; then
+    echo "netns_test: this kernel has no tc netem (sch_netem); skipped (scripts/rdma-vm.sh runs it with netem)"
+    exit 77
+  fi
+  ip netns exec "$b" tc qdisc add dev "$vb" root netem delay 20ms loss 1%
+  echo "netns_test: netem on both ends: delay 20ms, loss 1%"
+fi
+port=$((30000 + $$ % 10000))
+failed=0
+# One collective on both namespaces; $1: a label, then environment words, then dcomm-bench's args.
+pair() {
+  label=$1
+  shift
+  ip netns exec "$a" env RANK=0 WORLD_SIZE=2 MASTER_ADDR=$NETNS_NET.1 MASTER_PORT=$port DCOMM_RANK=0 \
+    DCOMM_WORLD_SIZE=2 DCOMM_COMM_ID=$NETNS_NET.1:$port DCOMM_SOCKET_IFNAME="$va" UCX_NET_DEVICES="$va" \
+    DCOMM_TIMEOUT_MS=120000 "$@" >"$out/a" 2>&1 &
+  pid=$!
+  rc_b=0
+  ip netns exec "$b" env RANK=1 WORLD_SIZE=2 MASTER_ADDR=$NETNS_NET.1 MASTER_PORT=$port DCOMM_RANK=1 \
+    DCOMM_WORLD_SIZE=2 DCOMM_COMM_ID=$NETNS_NET.1:$port DCOMM_SOCKET_IFNAME="$vb" UCX_NET_DEVICES="$vb" \
+    DCOMM_TIMEOUT_MS=120000 "$@" >"$out/b" 2>&1 || rc_b=$?
+  rc_a=0
+  wait "$pid" || rc_a=$?
+  port=$((port + 7))
+  if [ "$rc_a" -eq 0 ] && [ "$rc_b" -eq 0 ] && grep -q "Out of bounds values : 0 OK" "$out/a"; then
+    echo "netns_test: ok     $label ($(grep -c '^ ' "$out/a") sizes, results exact; via $(sed -n 's/.*next rank via \([a-z]*\).*/\1/p' "$out/a"))"
+  else
+    echo "netns_test: FAILED $label (exit $rc_a / $rc_b)"
+    sed 's/^/  rank 0: /' "$out/a" | tail -15
+    sed 's/^/  rank 1: /' "$out/b" | tail -5
+    failed=1
+  fi
+}
+max=4M
+[ "$NETEM" = "--netem" ] && max=1M
+for coll in all_reduce reduce_scatter all_gather broadcast send_recv; do
+  pair "tcp $coll" env DCOMM_TRANSPORT=tcp "$BENCH" $coll -b 8 -e $max -f 16 -n 2 -w 1 -c 1
+done
+if "$BENCH" all_reduce -N 1 -b 8 -e 8 -n 1 -w 0 >/dev/null 2>&1 &&
+   DCOMM_TRANSPORT=ucx UCX_TLS=tcp,self "$BENCH" all_reduce -N 2 -b 8 -e 8 -n 1 -w 0 >/dev/null 2>&1; then
+  for coll in all_reduce reduce_scatter all_gather; do
+    pair "ucx $coll" env DCOMM_TRANSPORT=ucx UCX_TLS=tcp,self "$BENCH" $coll -b 8 -e $max -f 16 -n 2 -w 1 -c 1
+  done
+else
+  echo "netns_test: dcomm-bench has no UCX transport here; UCX part skipped"
+fi
+exit $failed
