@@ -6,6 +6,7 @@
 # and exits with their status.
 #
 #   sudo scripts/rdma-vm.sh [build-dir]     default build-dir: build (configured and built)
+#   (ctest runs it as the test rdma_vm, label vm; exit 77 = skipped, when not root)
 #
 # The first run builds the guest (a Debian kernel from `apt-get download`, a debootstrap
 # minbase root with rdma-core, perftest and UCX, packed as an initramfs): about 3-4 minutes,
@@ -22,7 +23,7 @@ MIRROR=${DCOMM_VM_MIRROR:-http://deb.debian.org/debian}
 MODULES="rdma_rxe ib_uverbs rdma_ucm ib_umad virtio_net virtio_pci veth crc32_generic configfs sch_netem"
 
 say() { echo "rdma-vm: $*" >&2; }
-[ "$(id -u)" = 0 ] || { say "needs root (debootstrap, and the guest image in $CACHE)"; exit 2; }
+[ "$(id -u)" = 0 ] || { say "needs root (debootstrap, and the guest image in $CACHE); skipped"; exit 77; }
 
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
@@ -35,38 +36,50 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-build_image() {
-  rm -rf "$CACHE.new" && mkdir -p "$CACHE.new/kernel" && cd "$CACHE.new"
-  local pkg
-  pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-  say "kernel package $pkg"
-  apt-get download -qq "$pkg"
-  dpkg -x ./*.deb kernel
+build_image() {  # steps left half done by an interrupted run are picked up in $CACHE.new
+  mkdir -p "$CACHE.new" && cd "$CACHE.new"
+  if [ ! -f kernel.done ]; then
+    rm -rf kernel ./*.deb && mkdir kernel
+    local pkg
+    pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    say "kernel package $pkg"
+    (cd /tmp && apt-get download -qq "$pkg" 2>/dev/null && mv /tmp/"$pkg"_*.deb "$CACHE.new"/)
+    dpkg -x ./*.deb kernel
+    depmod -b kernel "$(ls kernel/lib/modules)"  # the package leaves modules.dep to its postinst
+    cp kernel/boot/vmlinuz-* vmlinuz
+    touch kernel.done
+  fi
   local ver
   ver=$(ls kernel/lib/modules)
-  cp kernel/boot/vmlinuz-"$ver" vmlinuz
-  say "debootstrap bookworm minbase (a few minutes)"
-  debootstrap --variant=minbase \
-    --include=rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod,libucx0,procps \
-    bookworm rootfs "$MIRROR" >debootstrap.log 2>&1 || { tail -20 debootstrap.log >&2; exit 1; }
+  if [ ! -f rootfs.done ]; then
+    rm -rf rootfs
+    say "debootstrap bookworm minbase (a few minutes)"
+    debootstrap --variant=minbase \
+      --include=rdma-core,ibverbs-providers,ibverbs-utils,perftest,iproute2,kmod,libucx0,procps \
+      bookworm rootfs "$MIRROR" >debootstrap.log 2>&1 || { tail -20 debootstrap.log >&2; exit 1; }
+    rm -rf rootfs/var/cache/apt/archives/*.deb rootfs/usr/share/doc rootfs/usr/share/man rootfs/usr/share/locale
+    touch rootfs.done
+  fi
   # Only the modules the guest needs, with their dependencies (modules.dep).
-  local src=kernel/lib/modules/$ver dst=rootfs/lib/modules/$ver want=($MODULES) seen=" " m f
-  mkdir -p "$dst"
-  while [ ${#want[@]} -gt 0 ]; do
-    m=${want[0]}; want=("${want[@]:1}")
+  local src=kernel/lib/modules/$ver dst=rootfs/lib/modules/$ver want seen=" " m f d
+  want=$MODULES
+  rm -rf "$dst" && mkdir -p "$dst"
+  while [ -n "$want" ]; do
+    m=${want%% *}
+    if [ "$m" = "$want" ]; then want=""; else want=${want#* }; fi
     case "$seen" in *" $m "*) continue ;; esac
-    seen+="$m "
-    f=$(grep -E "(^|/)${m//_/[_-]}\.ko(\.xz|\.zst)?:" "$src/modules.dep" | head -1) || true
+    seen="$seen$m "
+    f=$(grep -E "(^|/)$(echo "$m" | sed 's/[_-]/[_-]/g')\.ko(\.xz|\.zst)?:" "$src/modules.dep" | head -1) || true
     [ -n "$f" ] || continue  # built into the kernel
     mkdir -p "$dst/$(dirname "${f%%:*}")" && cp "$src/${f%%:*}" "$dst/${f%%:*}"
-    for d in ${f#*:}; do want+=("$(basename "${d%%.ko*}")"); done
+    for d in ${f#*:}; do want="$want $(basename "${d%%.ko*}")"; want=${want# }; done
   done
   cp "$src"/modules.order "$src"/modules.builtin* "$dst"/ 2>/dev/null || true
   depmod -b rootfs "$ver"
-  rm -rf rootfs/var/cache/apt/archives/*.deb rootfs/usr/share/doc rootfs/usr/share/man rootfs/usr/share/locale
-  (cd rootfs && find . | cpio -o -H newc --quiet | zstd -q -19 -T0 -o ../rootfs.cpio.zst)
-  rm -rf rootfs kernel ./*.deb
-  cd / && rm -rf "$CACHE" && mv "$CACHE.new" "$CACHE"
+  say "packing the guest root ($(ls -R "$dst" | grep -c '\.ko') modules)"
+  (cd rootfs && find . | cpio -o -H newc --quiet | zstd -q -10 -T0 -o ../rootfs.cpio.zst -f)
+  mkdir -p "$CACHE.final" && mv rootfs.cpio.zst vmlinuz "$CACHE.final"/
+  cd / && rm -rf "$CACHE" && mv "$CACHE.final" "$CACHE" && rm -rf "$CACHE.new"
   say "guest image cached in $CACHE ($(du -sh "$CACHE" | cut -f1))"
 }
 [ -f "$CACHE/rootfs.cpio.zst" ] && [ -f "$CACHE/vmlinuz" ] || build_image
@@ -98,8 +111,8 @@ run $BUILD/tests/test_procs -tc='*verbs*'
 echo "=== verbs latency and bandwidth: perftest on rxe0 (loopback), then dcomm-bench over verbs"
 (ib_write_lat -d rxe0 -x 1 -n 200 >/tmp/lat.srv 2>&1 &) ; sleep 1; ib_write_lat -d rxe0 -x 1 -n 200 10.0.2.15 | tail -4
 (ib_write_bw -d rxe0 -x 1 -s 1048576 -n 200 >/tmp/bw.srv 2>&1 &) ; sleep 1; ib_write_bw -d rxe0 -x 1 -s 1048576 -n 200 10.0.2.15 | tail -4
-run env DCOMM_TRANSPORT=verbs $BUILD/bench/dcomm-bench all_reduce -N 2 -b 8 -e 16M -f 8 -n 20 -w 2
-run env DCOMM_TRANSPORT=verbs $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 16M -f 8 -n 20 -w 2
+run env DCOMM_TRANSPORT=verbs $BUILD/bench/dcomm-bench all_reduce -N 2 -b 8 -e 4M -f 8 -n 10 -w 1
+run env DCOMM_TRANSPORT=verbs $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 4M -f 8 -n 10 -w 1
 run sh $ROOT/tests/netns/netns_test.sh $BUILD/bench/dcomm-bench --netem
 echo "DCOMM-VM-STATUS \$status"
 echo o >/proc/sysrq-trigger
@@ -107,7 +120,9 @@ sleep 5
 EOF
 chmod +x "$STAGE/init"
 (cd "$STAGE" && find . | cpio -o -H newc --quiet) >"$STAGE.cpio"
-cat "$CACHE/rootfs.cpio.zst" "$STAGE.cpio" >"$STAGE.img"
+# Two uncompressed archives back to back (the kernel unpacks both; it would not find the
+# second after a compressed first).
+{ zstd -dc "$CACHE/rootfs.cpio.zst"; cat "$STAGE.cpio"; } >"$STAGE.img"
 rm -f "$STAGE.cpio"
 trap 'rm -rf "$STAGE" "$STAGE.img"' EXIT
 

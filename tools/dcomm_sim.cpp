@@ -52,13 +52,13 @@ int main(int argc, char** argv) {
   SimNetwork net;
   bool local = false;
   // --local: CPU ranks over shared memory on this machine's cores. Copies and reductions at
-  // the cost model's unloaded rates (comm/cost_model.hpp: LinkModel), 4x faster for messages
-  // that stay in cache; the wake-up after a wait and the processor time of a step were fitted
-  // to 8-byte all_reduce on 8 ranks over 2 cores (ring 14 steps, recursive doubling 3).
+  // the cost model's unloaded rates (comm/cost_model.hpp: LinkModel); the processor time of a
+  // step and the wake-up after a wait were fitted to all_reduce on 8 ranks over 2 cores (each
+  // algorithm forced, 8 B to 32 MiB, median of 3: bench/peers/compare.py --algos --sim).
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  double wake_us = 3.7, step_cpu_us = 1.3;
+  double wake_us = 2.0, step_cpu_us = 0.3;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-n" && i + 1 < argc) {
@@ -86,20 +86,19 @@ int main(int argc, char** argv) {
     }
   }
   const LinkModel model;
-  auto local_net = [&](size_t bytes) {  // the CPU model for a message of this size
+  auto local_net = [&]() {  // the CPU model
     SimNetwork m = net;
-    const double speed = bytes <= model.cache_bytes ? 4.0 : 1.0;
     m.local_alpha_us = model.alpha_us;
     m.local_bytes_per_us = 1e12;  // the copies are the processors' work, below
     m.cores_per_host = cores;
-    m.copy_bytes_per_us = speed * 2.0 / model.beta_us_per_byte;  // beta counts a copy in and a copy out
-    m.reduce_bytes_per_us = speed / model.gamma_us_per_byte;
+    m.copy_bytes_per_us = 2.0 / model.beta_us_per_byte;  // beta counts a copy in and a copy out
+    m.reduce_bytes_per_us = 1.0 / model.gamma_us_per_byte;
     m.wake_us = wake_us;
     m.step_cpu_us = step_cpu_us;
     return m;
   };
   if (local)
-    std::printf("# one host, %d ranks on %d cores: copy %.0f GB/s, reduce %.0f GB/s a core (4x in cache), step %.1f us "
+    std::printf("# one host, %d ranks on %d cores: copy %.0f GB/s, reduce %.0f GB/s a core, step %.1f us "
                 "of a core, wake-up %.1f us after a wait\n",
                 ranks[0], cores, 2.0 / model.beta_us_per_byte / 1e3, 1.0 / model.gamma_us_per_byte / 1e3, step_cpu_us,
                 wake_us);
@@ -116,7 +115,7 @@ int main(int argc, char** argv) {
     for (size_t bytes : sizes) {
       const size_t count = std::max<size_t>(bytes / 4, 1);
       std::printf("%8d %9s", n, human(bytes).c_str());
-      const SimNetwork at = local ? local_net(bytes) : net;
+      const SimNetwork at = local ? local_net() : net;
       // The trees pipeline slot-sized slices (512 KiB); at scale at most 32 slices a call.
       const size_t slice = std::max<size_t>(model.slice_bytes / 4, local ? 1 : count / 32);
       auto run = [&](auto gen) {

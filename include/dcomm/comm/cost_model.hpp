@@ -157,7 +157,12 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in)
         case Algorithm::kRabenseifner:
           return (2 * L + 2 * fold) * al +
                  local(kRabenseifnerBytesFactor) * ((2 * (p - 1) / p + 2 * fold) * S * be + ((p - 1) / p + fold) * S * ga);
-        case Algorithm::kDoubleTree:  // two trees on half the data each: no rank is interior in both
+        case Algorithm::kDoubleTree:
+          // Across hosts: two trees on half the data each, no rank interior in both, so each
+          // link carries less. On one host the ranks' copies share the same cores either way,
+          // and the second tree's messages cost steps: measured 1.0-1.8x the single tree on 8
+          // ranks over 2 cores, never faster.
+          if (c.hosts == 1) return predict_us(Algorithm::kTree, c, m_in) + depth * al;
           return 2 * depth * al + local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 3 * S * be + 1.5 * S * ga);
         case Algorithm::kTree:  // reduce then broadcast, each pipelined down a binary tree
           return 2 * depth * al + local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 4 * S * be + 2 * S * ga);
