@@ -2,7 +2,7 @@
 """dcomm side by side with its peers, in one run, on the same sizes and rank count.
 
     bench/peers/compare.py [-N ranks] [-c collective] [-r reps] [-b minbytes] [-e maxbytes] [--peers openmpi,mpich,gloo]
-                           [--install] [--png out.png] [--json out.json] [--registered] [--algos a,b,... [--sim]]
+                           [--install] [--png out.png] [--json out.json] [--registered] [--algos a,b,... [--sim]] [--transports shm,tcp,ucx-sm,ucx-tcp]
 
 Runs dcomm-bench, OpenMPI and MPICH (bench/peers/mpi_bench.cpp built against each) and Gloo
 (bench/peers/gloo_bench.py), whichever are installed (--install apt-installs the missing
@@ -52,10 +52,18 @@ def parse_rows(text):
     return rows
 
 
-def run_dcomm(a, lo, hi, iters, warm, registered=False, algo=None):
+# --transports: the environment each name runs dcomm-bench with.
+TRANSPORTS = {"shm": {"DCOMM_TRANSPORT": "shm"}, "tcp": {"DCOMM_TRANSPORT": "tcp"},
+              "ucx-sm": {"DCOMM_TRANSPORT": "ucx", "UCX_TLS": "sm,self"},
+              "ucx-tcp": {"DCOMM_TRANSPORT": "ucx", "UCX_TLS": "tcp,self"}}
+
+
+def run_dcomm(a, lo, hi, iters, warm, registered=False, algo=None, transport=None):
     """dcomm-bench's time per size; with algo, that algorithm forced (DCOMM_ALGO), and the
-    sizes where it cannot run (the call ran another) left out."""
+    sizes where it cannot run (the call ran another) left out; with transport, over it."""
     env = dict(os.environ, DCOMM_ALGO=f"{a.c}:{algo}") if algo else None
+    if transport:
+        env = dict(os.environ, **TRANSPORTS[transport])
     with tempfile.NamedTemporaryFile(suffix=".json") as j:
         sh([os.path.join(BUILD, "dcomm-bench"), a.c, "-N", str(a.N), "-b", lo, "-e", hi, "-f", "2", "-n", iters,
             "-w", warm, "-c", "1", "-J", j.name, "-R", "1" if registered else "0"], env=env)
@@ -100,6 +108,9 @@ def main():
                    help="also run dcomm with each of these algorithms forced (DCOMM_ALGO), e.g. "
                         "ring,direct,recursive_doubling,rabenseifner,tree,double_tree: columns dcomm/<algo> "
                         "(- where it cannot run that size), auto / best forced, best non-ring / ring")
+    p.add_argument("--transports", default="",
+                   help="also run dcomm over each of these transports: " + ",".join(TRANSPORTS) +
+                        " (columns dcomm@<transport>)")
     p.add_argument("--sim", action="store_true",
                    help="with --algos: also print dcomm-sim --local N's predicted time of each algorithm over the "
                         "ring's next to the measured one")
@@ -123,7 +134,9 @@ def main():
             sh([f"mpicxx.{mpi}", "-O2", "-std=c++20", os.path.join(ROOT, "bench/peers/mpi_bench.cpp"), "-o",
                 os.path.join(BUILD, f"mpi-bench-{mpi}")])
     algos = [x for x in a.algos.split(",") if x]
-    systems = ["dcomm"] + (["dcomm-R"] if a.registered else []) + [f"dcomm/{x}" for x in algos] + peers
+    transports = [x for x in a.transports.split(",") if x]
+    systems = (["dcomm"] + (["dcomm-R"] if a.registered else []) + [f"dcomm/{x}" for x in algos] +
+               [f"dcomm@{x}" for x in transports] + peers)
     times = {s: {} for s in systems}
     for _ in range(a.r):
         for lo, hi, iters, warm in PASSES:
@@ -134,7 +147,8 @@ def main():
             for s in systems:
                 if s.startswith("dcomm"):
                     got = run_dcomm(a, lo, hi, iters, warm, registered=s == "dcomm-R",
-                                    algo=s.split("/")[1] if "/" in s else None)
+                                    algo=s.split("/")[1] if "/" in s else None,
+                                    transport=s.split("@")[1] if "@" in s else None)
                 else:
                     got = run_peer(s, a, lo, hi, iters, warm)
                 for size, t in got.items():

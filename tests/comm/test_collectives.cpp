@@ -240,3 +240,24 @@ TEST_CASE("DCOMM_LINK_MODEL_FILE: the link model is measured once, written, and 
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("DCOMM_LINK_MODEL='sometimes'") != std::string::npos);
 }
+
+// An in-place ring shift (send to the next rank and receive from the previous into the same
+// buffer) larger than the FIFOs: the receive must not overwrite what is still to be sent.
+TEST_CASE("in-place send_recv larger than the FIFOs moves every element") {
+  for (TransportChoice t : {TransportChoice::kAuto, TransportChoice::kShm, TransportChoice::kTcp}) {
+    auto comms = Communicator::create_local(3, test_config(t));
+    REQUIRE(comms.ok());
+    const size_t count = 64 * 1024;  // 256 KiB of int32 through 4 slots of 256 bytes
+    on_ranks(*comms, [&](Communicator& c) {
+      const int r = c.rank(), n = c.size();
+      std::vector<int32_t> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = static_cast<int32_t>(r * 1000003 + static_cast<int>(i));
+      Status s = c.send_recv(buf.data(), count, (r + 1) % n, buf.data(), count, (r + n - 1) % n, DataType::kInt32);
+      CHECK_MESSAGE(s.ok(), s.message());
+      const int from = (r + n - 1) % n;
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += buf[i] != static_cast<int32_t>(from * 1000003 + static_cast<int>(i));
+      CHECK(wrong == 0);
+    });
+  }
+}

@@ -39,9 +39,33 @@ struct P2POp {
   bool peer_first = false;
 };
 
+namespace detail {
+inline bool overlaps(const P2POp& a, const P2POp& b) {
+  const char *x = static_cast<const char*>(a.buffer), *y = static_cast<const char*>(b.buffer);
+  return a.bytes() && b.bytes() && x < y + b.bytes() && y < x + a.bytes();
+}
+}  // namespace detail
+
 // ports[p] is the port to rank p (null for this rank). Each message takes at least one slot,
-// so zero-byte messages keep their place in the order.
+// so zero-byte messages keep their place in the order. A send whose buffer a receive of the
+// same batch also writes (an in-place shift: send to the next rank, receive from the previous
+// into the same buffer) is sent from a copy taken first, since the receive may land before
+// the whole message has left.
 inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<PeerPort*>& ports, const Config& config) {
+  std::vector<P2POp> own;
+  std::vector<std::vector<char>> copies;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind != P2POp::Kind::kSend || ops[i].peer == rank) continue;
+    bool clobbered = false;
+    for (const auto& r : ops) clobbered |= r.kind == P2POp::Kind::kRecv && r.peer != rank && detail::overlaps(ops[i], r);
+    if (!clobbered) continue;
+    if (own.empty()) own.assign(ops.begin(), ops.end());
+    const char* src = static_cast<const char*>(ops[i].buffer);
+    copies.emplace_back(src, src + ops[i].bytes());
+    own[i].buffer = copies.back().data();
+  }
+  if (!own.empty()) ops = own;
+
   // Self messages: the k-th send to self feeds the k-th receive from self.
   std::vector<const P2POp*> self_sends, self_recvs;
   for (const auto& op : ops)
