@@ -14,8 +14,9 @@
 //
 // Failures: a completion with an error status (the peer died, the link broke: retries
 // exhausted) fails the link with an error naming the peer, the device and port, and the
-// status. The device is the one DCOMM_IB_HCA names ("mlx5_0" or "mlx5_0:1"), else the first
-// with an active port; DCOMM_IB_GID_INDEX picks the GID (default: the first RoCE v2 IPv4
+// status. The device is the one DCOMM_IB_HCA names ("mlx5_0" or "mlx5_0:1"), else by topology
+// the first with an active port on this rank's NUMA node, else any with an active port;
+// DCOMM_IB_GID_INDEX picks the GID (default: the first RoCE v2 IPv4
 // GID, else 0). A machine without RDMA devices still builds and runs everything else; asking
 // for verbs there is an error that says no device was found.
 //
@@ -31,6 +32,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -40,6 +42,7 @@
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
+#include "dcomm/topo/order.hpp"
 #include "dcomm/transport/proxy.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -118,7 +121,15 @@ class VerbsDevice {
     }
     auto dev = std::shared_ptr<VerbsDevice>(new VerbsDevice);
     std::string names;
-    for (int i = 0; i < n && !dev->ctx_; ++i) {
+    // Without DCOMM_IB_HCA, by topology: devices on this rank's NUMA node first.
+    std::vector<int> order(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    const int numa = numa_node_of_this_thread();
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+      return (device_numa(list[x]) == numa ? 0 : 1) < (device_numa(list[y]) == numa ? 0 : 1);
+    });
+    for (int i : order) {
+      if (dev->ctx_) break;
       const std::string name = ibv_get_device_name(list[i]);
       names += (names.empty() ? "" : ", ") + name;
       if (!want_dev.empty() && name != want_dev) continue;
@@ -165,6 +176,12 @@ class VerbsDevice {
 
  private:
   VerbsDevice() = default;
+  // The NUMA node the device's PCI function sits on (-1 unknown, as sysfs says for Soft-RoCE).
+  static int device_numa(ibv_device* d) {
+    std::ifstream f(std::string("/sys/class/infiniband/") + ibv_get_device_name(d) + "/device/numa_node");
+    int node = -1;
+    return f >> node ? node : -1;
+  }
   Status choose_gid() {
     if (std::string g = env_or("DCOMM_IB_GID_INDEX"); !g.empty()) {
       gid_index_ = std::atoi(g.c_str());
