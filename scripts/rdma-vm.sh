@@ -96,7 +96,7 @@ cat >"$STAGE/init" <<EOF
 #!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
-mkdir -p /dev/shm /tmp /run && mount -t tmpfs -o size=512m shm /dev/shm && mount -t tmpfs tmp /tmp
+mkdir -p /dev/shm /tmp /run && mount -t tmpfs -o size=512m shm /dev/shm  # /tmp stays: the binaries may live there
 mount -t configfs none /sys/kernel/config 2>/dev/null
 for m in $MODULES; do modprobe \$m 2>/dev/null; done
 ip link set lo up; ip link set eth0 up; ip addr add 10.0.2.15/24 dev eth0

@@ -93,7 +93,7 @@ TEST_CASE("ring order from the hosts: ranks grouped by host, and every algorithm
   }
 }
 
-#ifdef DCOMM_HAS_UCX
+#if DCOMM_HAS_UCX
 // UCX between threads (one worker each), over its shared-memory and its TCP transports.
 TEST_CASE("matrix, threads as ranks over UCX (UCX_TLS=sm,self and tcp,self)") {
   for (const char* tls : {"sm,self", "tcp,self"}) {
@@ -114,7 +114,7 @@ TEST_CASE("DCOMM_TRANSPORT=ucx without UCX built in is an error that says how to
 }
 #endif
 
-#ifdef DCOMM_HAS_VERBS
+#if DCOMM_HAS_VERBS
 // Over RC queue pairs where an RDMA device exists (Soft-RoCE in the guest of
 // scripts/rdma-vm.sh); where none does, asking for verbs is an error that says so.
 TEST_CASE("verbs: the matrix over RC queue pairs, or a clear error without a device") {

@@ -82,7 +82,7 @@ TEST_CASE("matrix, processes over TCP, world sizes 2, 3, 4") {
   }
 }
 
-#ifdef DCOMM_HAS_UCX
+#if DCOMM_HAS_UCX
 // UCX over its own shared-memory transports and over its TCP transport (UCX_TLS), between
 // processes.
 TEST_CASE("matrix, processes over UCX: shared memory and TCP, world sizes 2, 3") {
@@ -96,7 +96,7 @@ TEST_CASE("matrix, processes over UCX: shared memory and TCP, world sizes 2, 3")
 }
 #endif
 
-#ifdef DCOMM_HAS_VERBS
+#if DCOMM_HAS_VERBS
 // RC queue pairs between processes: runs where an RDMA device exists (Soft-RoCE in the guest
 // of scripts/rdma-vm.sh).
 TEST_CASE("matrix, processes over verbs, world sizes 2, 3") {
@@ -135,7 +135,7 @@ TEST_CASE("bootstrap from a Slurm environment on one node (no address given)") {
 
 TEST_CASE("a rank killed mid-collective: every survivor's error names it") {
   std::vector<std::string> transports = {"shm", "tcp"};
-#ifdef DCOMM_HAS_UCX
+#if DCOMM_HAS_UCX
   transports.push_back("ucx");
 #endif
   for (const std::string& transport : transports) {

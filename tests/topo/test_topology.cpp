@@ -112,7 +112,7 @@ TEST_CASE("DCOMM_TOPO_FILE replaces detection; DCOMM_TOPO_DUMP_FILE writes what 
   std::remove(out.c_str());
 }
 
-#if defined(DCOMM_HAS_HWLOC)
+#if DCOMM_HAS_HWLOC
 TEST_CASE("hwloc detection: this machine's cores and devices, and dcomm-topo prints them") {
   auto t = load_topology();
   REQUIRE_MESSAGE(t.ok(), t.status().message());

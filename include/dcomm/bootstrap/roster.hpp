@@ -89,10 +89,10 @@ inline PeerInfo make_self_info(int rank, const std::string& listen_address) {
   p.process_id = detail::this_process_id();
   p.probe_addr = reinterpret_cast<uint64_t>(&detail::cma_probe_word());
   p.rdma = detail::has_rdma_device();
-#ifdef DCOMM_HAS_UCX
+#if DCOMM_HAS_UCX
   p.built |= PeerInfo::kBuiltUcx;
 #endif
-#ifdef DCOMM_HAS_VERBS
+#if DCOMM_HAS_VERBS
   p.built |= PeerInfo::kBuiltVerbs;
 #endif
   return p;

@@ -37,10 +37,10 @@
 #include "dcomm/algo/recursive.hpp"
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/topo/order.hpp"
-#ifdef DCOMM_HAS_UCX
+#if DCOMM_HAS_UCX
 #include "dcomm/transport/ucx.hpp"
 #endif
-#ifdef DCOMM_HAS_VERBS
+#if DCOMM_HAS_VERBS
 #include "dcomm/transport/verbs.hpp"
 #endif
 #include "dcomm/algo/single_copy.hpp"
@@ -529,7 +529,7 @@ class Communicator {
   // store, an endpoint to every UCX peer; before the proxy thread starts.
   Status add_ucx_links() {
     if (peers_over(TransportChoice::kUcx).empty()) return {};
-#ifdef DCOMM_HAS_UCX
+#if DCOMM_HAS_UCX
     auto worker = UcxWorker::create();
     if (!worker.ok()) return worker.status().with_context(detail::cat("rank ", rank_, " setting up UCX"));
     auto address = (*worker)->address();
@@ -565,7 +565,7 @@ class Communicator {
   // endpoints swapped through the store; before the proxy thread starts.
   Status add_verbs_links() {
     if (peers_over(TransportChoice::kVerbs).empty()) return {};
-#ifdef DCOMM_HAS_VERBS
+#if DCOMM_HAS_VERBS
     auto dev = VerbsDevice::open();
     if (!dev.ok()) return dev.status().with_context(detail::cat("rank ", rank_));
     std::vector<std::unique_ptr<VerbsLink>> made(static_cast<size_t>(size_));

@@ -23,6 +23,18 @@
 #define DCOMM_HOST_DEVICE
 #endif
 
+// The optional components define these to 1 (CMake targets dcomm::topo, dcomm::ucx,
+// dcomm::verbs); like DCOMM_HAS_CUDA they are always 0 or 1: test them with #if.
+#ifndef DCOMM_HAS_HWLOC
+#define DCOMM_HAS_HWLOC 0
+#endif
+#ifndef DCOMM_HAS_UCX
+#define DCOMM_HAS_UCX 0
+#endif
+#ifndef DCOMM_HAS_VERBS
+#define DCOMM_HAS_VERBS 0
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define DCOMM_CPU_RELAX() _mm_pause()

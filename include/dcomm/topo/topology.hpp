@@ -273,7 +273,7 @@ inline Result<Topology> load_topology() {
     ss << in.rdbuf();
     t = Topology::from_json(ss.str(), "DCOMM_TOPO_FILE=" + file);
   } else {
-#if defined(DCOMM_HAS_HWLOC)
+#if DCOMM_HAS_HWLOC
     t = detect_topology();
 #else
     return make_error(ErrorCode::kUnsupported, "topology detection needs hwloc (link dcomm::topo); or set DCOMM_TOPO_FILE");
@@ -289,6 +289,6 @@ inline Result<Topology> load_topology() {
 
 DCOMM_NAMESPACE_END
 
-#if defined(DCOMM_HAS_HWLOC)
+#if DCOMM_HAS_HWLOC
 #include "dcomm/topo/hwloc_detect.hpp"
 #endif
