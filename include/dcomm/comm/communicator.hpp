@@ -37,17 +37,12 @@
 #include "dcomm/algo/recursive.hpp"
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/topo/order.hpp"
-#if DCOMM_HAS_UCX
-#include "dcomm/transport/ucx.hpp"
-#endif
-#if DCOMM_HAS_VERBS
-#include "dcomm/transport/verbs.hpp"
-#endif
 #include "dcomm/algo/single_copy.hpp"
 #include "dcomm/bootstrap/launcher.hpp"
 #include "dcomm/bootstrap/roster.hpp"
 #include "dcomm/bootstrap/store.hpp"
 #include "dcomm/comm/algorithm_choice.hpp"
+#include "dcomm/comm/links.hpp"
 #include "dcomm/comm/op.hpp"
 #include "dcomm/comm/work.hpp"
 #include "dcomm/core/config.hpp"
@@ -411,8 +406,12 @@ class Communicator {
           links[up] = proxy_->add_link(std::make_unique<TcpLink>(p, std::move(mesh->data[up]), config));
       }
       tcp_ = std::make_unique<ProxiedTransport>("tcp", proxy_.get(), std::move(links));
-      DCOMM_RETURN_IF_ERROR(add_ucx_links());
-      DCOMM_RETURN_IF_ERROR(add_verbs_links());
+      const LinkContext links_ctx{rank_, peers_, kinds_, *store_, prefix_, config_, *proxy_};
+      auto ucx = make_ucx_links(links_ctx);
+      if (!ucx.ok()) return ucx.status();
+      auto verbs = make_verbs_links(links_ctx);
+      if (!verbs.ok()) return verbs.status();
+      ucx_ = std::move(*ucx), verbs_ = std::move(*verbs);
       proxy_->start();
     }
     for (int p = 0; p < size; ++p) {
@@ -511,115 +510,15 @@ class Communicator {
     return {};
   }
 
-  // The peers this rank reaches over transport `k`.
-  std::vector<int> peers_over(TransportChoice k) const {
-    std::vector<int> out;
-    for (int p = 0; p < size_; ++p)
-      if (kinds_[static_cast<size_t>(p)] == k) out.push_back(p);
-    return out;
-  }
-  // What rank p published under the communicator's prefix + `key` (waits, with the deadline).
-  Result<std::string> published_by(int p, const std::string& key, const char* what) {
-    auto v = store_->get(prefix_ + key);
-    if (!v.ok()) return v.status().with_context(detail::cat("rank ", rank_, " waiting for rank ", p, "'s ", what));
-    return v;
-  }
-
-  // UCX links (transport/ucx.hpp): one worker for this rank, its address swapped through the
-  // store, an endpoint to every UCX peer; before the proxy thread starts.
-  Status add_ucx_links() {
-    if (peers_over(TransportChoice::kUcx).empty()) return {};
-#if DCOMM_HAS_UCX
-    auto worker = UcxWorker::create();
-    if (!worker.ok()) return worker.status().with_context(detail::cat("rank ", rank_, " setting up UCX"));
-    auto address = (*worker)->address();
-    if (!address.ok()) return address.status();
-    DCOMM_RETURN_IF_ERROR(store_->set(detail::cat(prefix_, "/ucx/", rank_), *address));
-    std::vector<ProxyLink*> links(static_cast<size_t>(size_), nullptr);
-    for (int p : peers_over(TransportChoice::kUcx)) {
-      auto theirs = published_by(p, detail::cat("/ucx/", p), "UCX address");
-      if (!theirs.ok()) return theirs.status();
-      auto link = std::make_unique<UcxLink>(p, rank_, config_, *worker);
-      DCOMM_RETURN_IF_ERROR(link->connect(*theirs, peers_[static_cast<size_t>(p)].host_id == peers_[static_cast<size_t>(rank_)].host_id));
-      links[static_cast<size_t>(p)] = proxy_->add_link(std::move(link));
-    }
-    ucx_ = std::make_unique<ProxiedTransport>("ucx", proxy_.get(), std::move(links));
-    return {};
-#else
-    return invalid_argument("rank ", rank_, ": DCOMM_TRANSPORT=ucx, but this program ",
-                            "was built without UCX: link the CMake target dcomm::ucx (package libucx-dev)");
-#endif
-  }
-
-  // Between hosts that both have an RDMA device: UCX where both have it built in, else
-  // verbs; otherwise TCP. Both ends decide from the same two PeerInfos, so they agree.
-  static TransportChoice between_hosts(const PeerInfo& a, const PeerInfo& b) {
-    if (!a.rdma || !b.rdma) return TransportChoice::kTcp;
-    const int both = a.built & b.built;
-    if (both & PeerInfo::kBuiltUcx) return TransportChoice::kUcx;
-    if (both & PeerInfo::kBuiltVerbs) return TransportChoice::kVerbs;
-    return TransportChoice::kTcp;
-  }
-
-  // Verbs links (transport/verbs.hpp): one device for this rank, a queue pair per verbs peer,
-  // endpoints swapped through the store; before the proxy thread starts.
-  Status add_verbs_links() {
-    if (peers_over(TransportChoice::kVerbs).empty()) return {};
-#if DCOMM_HAS_VERBS
-    auto dev = VerbsDevice::open();
-    if (!dev.ok()) return dev.status().with_context(detail::cat("rank ", rank_));
-    std::vector<std::unique_ptr<VerbsLink>> made(static_cast<size_t>(size_));
-    for (int p : peers_over(TransportChoice::kVerbs)) {
-      auto link = std::make_unique<VerbsLink>(p, config_, *dev);
-      auto mine = link->prepare();
-      if (!mine.ok()) return mine.status();
-      DCOMM_RETURN_IF_ERROR(store_->set(detail::cat(prefix_, "/verbs/", rank_, "/", p), mine->encode()));
-      made[static_cast<size_t>(p)] = std::move(link);
-    }
-    std::vector<ProxyLink*> links(static_cast<size_t>(size_), nullptr);
-    for (int p : peers_over(TransportChoice::kVerbs)) {
-      auto theirs = published_by(p, detail::cat("/verbs/", p, "/", rank_), "queue pair");
-      if (!theirs.ok()) return theirs.status();
-      auto end = VerbsEndpoint::decode(*theirs);
-      if (!end.ok()) return end.status();
-      DCOMM_RETURN_IF_ERROR(made[static_cast<size_t>(p)]->connect(*end));
-      links[static_cast<size_t>(p)] = proxy_->add_link(std::move(made[static_cast<size_t>(p)]));
-    }
-    DCOMM_LOG(kInfo, kSubsysInit, rank_, "verbs links over ", (*dev)->describe());
-    verbs_ = std::make_unique<ProxiedTransport>("verbs", proxy_.get(), std::move(links));
-    return {};
-#else
-    return invalid_argument("rank ", rank_, ": DCOMM_TRANSPORT=verbs, but this program was built without verbs: link ",
-                            "the CMake target dcomm::verbs (packages libibverbs-dev, rdma-core)");
-#endif
-  }
-
   Status choose_transports() {
-    const PeerInfo& self = peers_[static_cast<size_t>(rank_)];
-    kinds_.assign(static_cast<size_t>(size_), TransportChoice::kAuto);
+    auto kinds = dcomm::choose_transports(rank_, peers_, config_);
+    if (!kinds.ok()) return kinds.status();
+    kinds_ = std::move(*kinds);
     transports_.assign(static_cast<size_t>(size_), nullptr);
     ports_.resize(static_cast<size_t>(size_));
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      const PeerInfo& peer = peers_[static_cast<size_t>(p)];
-      bool same_process = peer.process_id == self.process_id;
-      bool same_host = peer.host_id == self.host_id;
-      TransportChoice k = config_.transport;
-      if (k == TransportChoice::kAuto)
-        k = same_process ? TransportChoice::kInproc : same_host ? TransportChoice::kShm : between_hosts(self, peer);
-      if (k == TransportChoice::kInproc && !same_process)
-        return invalid_argument("DCOMM_TRANSPORT=inproc, but ", peer.describe(), " is another process");
-      if (k == TransportChoice::kShm && !same_host)
-        return invalid_argument("DCOMM_TRANSPORT=shm, but ", peer.describe(), " is on another host");
-      kinds_[static_cast<size_t>(p)] = k;
-    }
     return {};
   }
 
-  // Facts every rank must agree on, collected through the store: whether single copy works
-  // (every rank on this host, over shared memory or threads, and able to read every other;
-  // each rank probes its peers) and the most ranks per core on any host (the cost model's link
-  // parameters depend on it).
   // Rings, chains and trees run over positions in this order (topo/order.hpp).
   void set_order(std::vector<int> order) {
     order_ = std::move(order);
@@ -630,6 +529,10 @@ class Communicator {
   }
   int at_position(int p) const { return order_[static_cast<size_t>(detail::mod(p, size_))]; }
 
+  // Facts every rank must agree on, collected through the store: whether single copy works
+  // (every rank on this host, over shared memory or threads, and able to read every other;
+  // each rank probes its peers) and the most ranks per core on any host (the cost model's link
+  // parameters depend on it).
   Status agree_on_host_facts() {
     if (size_ < 2) {
       set_order({0});
