@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -236,28 +237,39 @@ class UcxLink final : public ProxyLink {
     return fail(detail::cat("UCX link to ", peer_name(), ": ", what, ": ", ucs_status_string(s)));
   }
 
+  // Progresses the worker (at most 1000 rounds) while `pending()` holds.
+  template <class Pending>
+  void progress_while(Pending pending) {
+    for (int spins = 0; spins < 1000 && pending(); ++spins) worker_->progress();
+  }
+
   // Cancels the receives still posted (they belong to the worker, which outlives this link),
-  // then flushes and closes the endpoint, waiting up to `wait`; forced when the peer is gone.
+  // flushes and closes the endpoint, waiting up to `wait` (forced when the peer is gone), and
+  // lets the sends still in flight complete: their callbacks write into this link.
   void close_endpoint(std::chrono::milliseconds wait) {
     for (Op& op : recvs_)
       if (op.request && !op.done) ucp_request_cancel(worker_->worker(), op.request);
-    for (int spins = 0; spins < 1000; ++spins) {
-      bool pending = false;
-      for (const Op& op : recvs_) pending |= op.request && !op.done;
-      if (!pending) break;
-      worker_->progress();
+    progress_while([&] {
+      return std::any_of(recvs_.begin(), recvs_.end(), [](const Op& op) { return op.request && !op.done; });
+    });
+    if (ep_) {
+      ucp_request_param_t prm{};
+      prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      prm.flags = failed || ep_status_ != UCS_OK || wait.count() == 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &prm);
+      ep_ = nullptr;
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+        const auto until = std::chrono::steady_clock::now() + wait;
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until)
+          worker_->progress();
+        if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
+      }
     }
-    if (!ep_) return;
-    ucp_request_param_t prm{};
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags = failed || ep_status_ != UCS_OK || wait.count() == 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &prm);
-    ep_ = nullptr;
-    if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
-    const auto until = std::chrono::steady_clock::now() + wait;
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until)
-      worker_->progress();
-    if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
+    progress_while([&] {
+      for (uint64_t k = send.fifo.head(); k < next_send_; ++k)
+        if (!sends_[k % sends_.size()].done) return true;
+      return false;
+    });
   }
 
   int me_;
