@@ -43,6 +43,22 @@ T get_pod(const char* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+// Binary values (UCX worker addresses, RDMA GIDs) as text for the store, and back.
+inline std::string to_hex(const void* data, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto b = static_cast<const unsigned char*>(data)[i];
+    out += digits[b >> 4], out += digits[b & 15];
+  }
+  return out;
+}
+inline std::string from_hex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
+}
 }  // namespace detail
 
 class StoreServer {

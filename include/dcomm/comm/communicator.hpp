@@ -36,7 +36,6 @@
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/algo/recursive.hpp"
 #include "dcomm/algo/ring.hpp"
-#include "dcomm/topo/order.hpp"
 #include "dcomm/algo/single_copy.hpp"
 #include "dcomm/bootstrap/launcher.hpp"
 #include "dcomm/bootstrap/roster.hpp"
@@ -52,6 +51,7 @@
 #include "dcomm/prims/peer.hpp"
 #include "dcomm/prims/primitives.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
+#include "dcomm/topo/order.hpp"
 #include "dcomm/transport/inproc.hpp"
 #include "dcomm/transport/mesh.hpp"
 #include "dcomm/transport/proxy.hpp"
@@ -191,7 +191,7 @@ class Communicator {
   // logs it): the same on every rank. kSingleCopyIfRegistered still falls back to the ring
   // when some rank's buffers are not from mem_alloc.
   Choice algorithm_for(OpKind kind, size_t count, DataType type, bool in_place) const {
-    return choose_algorithm({kind, count, size_of(type), size_, in_place, hosts_}, config_, single_copy_, link_);
+    return choose({kind, count, size_of(type), size_, in_place, hosts_});
   }
   // The ring order: the rank at each position of rings, chains and trees (topo/order.hpp).
   const std::vector<int>& ring_order() const { return order_; }
@@ -664,7 +664,7 @@ class Communicator {
     if (!reducer.ok()) return reducer.status();
     const size_t eb = reducer->elem_bytes;
     const CallShape shape{d.kind, d.count, eb, size_, in_place(d, eb), hosts_};
-    const Choice choice = algorithm_for(d.kind, d.count, d.type, shape.in_place);
+    const Choice choice = choose(shape);
     const Algorithm algorithm = choice.algorithm;
     DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
               to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(algorithm));
@@ -731,6 +731,8 @@ class Communicator {
       default: return make_error(ErrorCode::kInternal, "unhandled operation");
     }
   }
+
+  Choice choose(const CallShape& shape) const { return choose_algorithm(shape, config_, single_copy_, link_); }
 
   // DCOMM_DEBUG_SUBSYS=TUNING: the choice and every candidate's predicted time.
   void log_tuning(const CallShape& shape, const Choice& choice) const {

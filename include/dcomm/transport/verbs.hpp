@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "dcomm/bootstrap/store.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
@@ -224,9 +225,8 @@ struct VerbsEndpoint {
   ibv_gid gid{};
 
   std::string encode() const {
-    std::string g;
-    for (uint8_t b : gid.raw) g += detail::cat(static_cast<int>(b), ".");
-    return detail::cat(qpn, " ", psn, " ", rkey, " ", lid, " ", fifo, " ", slot_bytes, " ", slots, " ", g);
+    return detail::cat(qpn, " ", psn, " ", rkey, " ", lid, " ", fifo, " ", slot_bytes, " ", slots, " ",
+                       detail::to_hex(gid.raw, sizeof gid.raw));
   }
   static Result<VerbsEndpoint> decode(const std::string& text) {
     VerbsEndpoint e;
@@ -237,11 +237,9 @@ struct VerbsEndpoint {
                     &slots, g) != 8)
       return make_error(ErrorCode::kInternal, "unreadable verbs endpoint '", text, "'");
     e.lid = static_cast<uint16_t>(lid), e.fifo = fifo, e.slot_bytes = slot_bytes, e.slots = slots;
-    const char* p = g;
-    for (auto& b : e.gid.raw) {
-      b = static_cast<uint8_t>(std::strtoul(p, const_cast<char**>(&p), 10));
-      if (*p == '.') ++p;
-    }
+    const std::string raw = detail::from_hex(g);
+    if (raw.size() != sizeof e.gid.raw) return make_error(ErrorCode::kInternal, "unreadable GID in verbs endpoint '", text, "'");
+    std::memcpy(e.gid.raw, raw.data(), raw.size());
     return e;
   }
 };
