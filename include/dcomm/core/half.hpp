@@ -1,7 +1,8 @@
 // float16 and bfloat16 storage types with exact, round-to-nearest-even conversions to and
 // from float. Reductions on them accumulate in float (see reduce/functors.hpp). The
-// conversions are plain integer arithmetic so the host path and the device path give the
-// same bits.
+// conversions are plain integer arithmetic on the host; the device uses the hardware's
+// conversions, which round the same way (tests/core/test_half.cpp checks the host's against
+// the compiler's); only the payload of a NaN may differ.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,15 @@ struct float16 : detail::Float16Storage<float16> {
   using Float16Storage::Float16Storage;
 
   DCOMM_HOST_DEVICE static uint16_t from_float(float f) {
+#if defined(__CUDA_ARCH__)
+    uint16_t h;  // the hardware's round to nearest even: the same bits (NaN payloads aside)
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
+    return from_float_soft(f);
+#endif
+  }
+  DCOMM_HOST_DEVICE static uint16_t from_float_soft(float f) {
     uint32_t x = detail::float_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t exp = (x >> 23) & 0xffu;
@@ -70,6 +80,15 @@ struct float16 : detail::Float16Storage<float16> {
   }
 
   DCOMM_HOST_DEVICE static float to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
+    return to_float_soft(h);
+#endif
+  }
+  DCOMM_HOST_DEVICE static float to_float_soft(uint16_t h) {
     uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t mant = h & 0x3ffu;
@@ -92,6 +111,15 @@ struct bfloat16 : detail::Float16Storage<bfloat16> {
   using Float16Storage::Float16Storage;
 
   DCOMM_HOST_DEVICE static uint16_t from_float(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint16_t b;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
+    return b;
+#else
+    return from_float_soft(f);
+#endif
+  }
+  DCOMM_HOST_DEVICE static uint16_t from_float_soft(float f) {
     uint32_t x = detail::float_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
     return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);

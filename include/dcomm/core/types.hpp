@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/float8.hpp"
 #include "dcomm/core/half.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -24,8 +25,10 @@ enum class DataType : uint8_t {
   kBfloat16,
   kFloat32,
   kFloat64,
+  kFloat8E4M3,
+  kFloat8E5M2,
 };
-inline constexpr int kNumDataTypes = 10;
+inline constexpr int kNumDataTypes = 12;
 
 // kAvg divides the sum by the number of ranks once, at the end (integers truncate, as NCCL).
 enum class ReduceOp : uint8_t { kSum, kProd, kMin, kMax, kAvg };
@@ -37,7 +40,9 @@ inline bool is_valid(ReduceOp op) { return static_cast<int>(op) < kNumReduceOps;
 inline size_t size_of(DataType t) {
   switch (t) {
     case DataType::kInt8:
-    case DataType::kUint8: return 1;
+    case DataType::kUint8:
+    case DataType::kFloat8E4M3:
+    case DataType::kFloat8E5M2: return 1;
     case DataType::kFloat16:
     case DataType::kBfloat16: return 2;
     case DataType::kInt32:
@@ -62,6 +67,8 @@ inline const char* to_string(DataType t) {
     case DataType::kBfloat16: return "bfloat16";
     case DataType::kFloat32: return "float32";
     case DataType::kFloat64: return "float64";
+    case DataType::kFloat8E4M3: return "float8_e4m3";
+    case DataType::kFloat8E5M2: return "float8_e5m2";
   }
   return "invalid-type";
 }
@@ -89,7 +96,8 @@ inline std::optional<DataType> parse_data_type(std::string_view s) {
       {"int64", DataType::kInt64},     {"uint64", DataType::kUint64},    {"float16", DataType::kFloat16},
       {"half", DataType::kFloat16},    {"bfloat16", DataType::kBfloat16}, {"bf16", DataType::kBfloat16},
       {"float32", DataType::kFloat32}, {"float", DataType::kFloat32},    {"float64", DataType::kFloat64},
-      {"double", DataType::kFloat64},
+      {"double", DataType::kFloat64},  {"float8_e4m3", DataType::kFloat8E4M3}, {"f8e4m3", DataType::kFloat8E4M3},
+      {"float8_e5m2", DataType::kFloat8E5M2}, {"f8e5m2", DataType::kFloat8E5M2},
   };
   for (const auto& n : kNames)
     if (n.name == s) return n.type;
@@ -106,7 +114,7 @@ template <class T>
 struct DataTypeOf {
   static_assert(sizeof(T) == 0,
                 "dcomm: no DataType for this element type; use int8/uint8/int32/uint32/int64/uint64, "
-                "float16, bfloat16, float or double");
+                "float16, bfloat16, float8_e4m3, float8_e5m2, float or double");
 };
 #define DCOMM_DATA_TYPE_OF(T, V) \
   template <>                    \
@@ -123,6 +131,8 @@ DCOMM_DATA_TYPE_OF(float16, kFloat16);
 DCOMM_DATA_TYPE_OF(bfloat16, kBfloat16);
 DCOMM_DATA_TYPE_OF(float, kFloat32);
 DCOMM_DATA_TYPE_OF(double, kFloat64);
+DCOMM_DATA_TYPE_OF(float8_e4m3, kFloat8E4M3);
+DCOMM_DATA_TYPE_OF(float8_e5m2, kFloat8E5M2);
 #undef DCOMM_DATA_TYPE_OF
 
 template <class T>

@@ -1,10 +1,11 @@
 // Reduction functors. They are __host__ __device__ so the arithmetic the device kernels use
 // is the arithmetic unit-tested on the CPU. Narrow types are widened for the operation
-// (float16/bfloat16 to float; 8-bit integers follow C++ promotion and wrap modulo 2^8 on the
+// (float16, bfloat16 and the fp8 types to float; 8-bit integers follow C++ promotion and wrap modulo 2^8 on the
 // way back, as unsigned arithmetic does), then narrowed once per element.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/half.hpp"
@@ -12,17 +13,12 @@
 
 DCOMM_NAMESPACE_BEGIN
 
+// The type the arithmetic runs in: float for the 16- and 8-bit floats, T for the rest.
 template <class T>
 struct Accumulator {
-  using type = T;
-};
-template <>
-struct Accumulator<float16> {
-  using type = float;
-};
-template <>
-struct Accumulator<bfloat16> {
-  using type = float;
+  using type = std::conditional_t<std::is_same_v<T, float16> || std::is_same_v<T, bfloat16> ||
+                                      std::is_same_v<T, float8_e4m3> || std::is_same_v<T, float8_e5m2>,
+                                  float, T>;
 };
 template <class T>
 using acc_t = typename Accumulator<T>::type;
@@ -96,5 +92,19 @@ template <>
 struct OpFunctor<ReduceOp::kMax> {
   using type = MaxOp;
 };
+
+// Calls f.template operator()<Functor>() with the functor of `op` (kAvg: SumOp; the caller
+// divides); the one op switch of the device path, as dispatch_type is the one type switch.
+template <class F>
+decltype(auto) dispatch_op(ReduceOp op, F&& f) {
+  switch (op) {
+    case ReduceOp::kProd: return f.template operator()<ProdOp>();
+    case ReduceOp::kMin: return f.template operator()<MinOp>();
+    case ReduceOp::kMax: return f.template operator()<MaxOp>();
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: break;
+  }
+  return f.template operator()<SumOp>();
+}
 
 DCOMM_NAMESPACE_END

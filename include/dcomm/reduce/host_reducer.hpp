@@ -67,16 +67,8 @@ Reducer make_reducer_with(ReduceOp op, int ranks) {
   Reducer r;
   r.elem_bytes = sizeof(T);
   r.ranks = ranks;
-  switch (op) {
-    case ReduceOp::kSum: r.reduce = L::template reduce<SumOp>; break;
-    case ReduceOp::kProd: r.reduce = L::template reduce<ProdOp>; break;
-    case ReduceOp::kMin: r.reduce = L::template reduce<MinOp>; break;
-    case ReduceOp::kMax: r.reduce = L::template reduce<MaxOp>; break;
-    case ReduceOp::kAvg:
-      r.reduce = L::template reduce<SumOp>;
-      r.divide = L::divide;
-      break;
-  }
+  r.reduce = dispatch_op(op, [&]<class Op>() { return L::template reduce<Op>; });
+  if (op == ReduceOp::kAvg) r.divide = L::divide;
   return r;
 }
 
@@ -104,6 +96,8 @@ decltype(auto) dispatch_type(DataType type, F&& f) {
     case DataType::kBfloat16: return f.template operator()<bfloat16>();
     case DataType::kFloat32: return f.template operator()<float>();
     case DataType::kFloat64: return f.template operator()<double>();
+    case DataType::kFloat8E4M3: return f.template operator()<float8_e4m3>();
+    case DataType::kFloat8E5M2: return f.template operator()<float8_e5m2>();
   }
   return f.template operator()<uint8_t>();  // unreachable: callers validate the type first
 }
