@@ -1,0 +1,212 @@
+// The loops of the device reduction kernels, written once for the host and the device: a
+// team of threads (a CUDA block, a whole grid, or one host thread) reduces or copies a range
+// in 16-byte packs, with the unaligned head and the short tail done element by element.
+//
+// Thread k of a team of size S takes packs k, k+S, k+2S, ... (kUnroll of them per trip, so a
+// thread has several 16-byte loads in flight), which keeps a warp's accesses contiguous. The
+// arithmetic is reduce/functors.hpp's combine() and divide(), the host path's, so the device
+// gives the host's bits; tests/reduce/test_packs.cpp checks that on the CPU, team by team.
+//
+// On the device every load goes through L2 (ld.global.cg): a FIFO slot another GPU or process
+// wrote must not be read from a stale L1 line.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/reduce/functors.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+// One host thread as a team: what the CPU tests run the device loops with. `index` and
+// `size` may also describe one member of a larger pretended team.
+struct SerialTeam {
+  int index = 0;
+  int size = 1;
+  DCOMM_HOST_DEVICE int thread() const { return index; }
+  DCOMM_HOST_DEVICE int threads() const { return size; }
+  DCOMM_HOST_DEVICE void sync() const {}
+  DCOMM_HOST_DEVICE int broadcast(int v) const { return v; }  // thread 0's value, to every thread
+};
+
+namespace detail {
+constexpr size_t kPackBytes = 16;
+constexpr int kUnroll = 4;  // packs in flight per thread (copies; 2 for 8-bit reductions)
+
+template <size_t N>
+struct UintOf;
+template <>
+struct UintOf<1> {
+  using type = uint8_t;
+};
+template <>
+struct UintOf<2> {
+  using type = uint16_t;
+};
+template <>
+struct UintOf<4> {
+  using type = uint32_t;
+};
+template <>
+struct UintOf<8> {
+  using type = unsigned long long;
+};
+
+// One element, loaded through L2 on the device.
+template <class T>
+DCOMM_HOST_DEVICE inline T load_elem(const T* p) {
+#if defined(__CUDA_ARCH__)
+  using U = typename UintOf<sizeof(T)>::type;
+  U u = __ldcg(reinterpret_cast<const U*>(p));
+  T v;
+  memcpy(static_cast<void*>(&v), &u, sizeof v);
+  return v;
+#else
+  return *p;
+#endif
+}
+
+struct alignas(16) Pack16 {
+  uint32_t w[4];
+};
+DCOMM_HOST_DEVICE inline Pack16 load_pack(const void* p) {
+#if defined(__CUDA_ARCH__)
+  uint4 u = __ldcg(static_cast<const uint4*>(p));
+  return Pack16{{u.x, u.y, u.z, u.w}};
+#else
+  Pack16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+DCOMM_HOST_DEVICE inline void store_pack(void* p, const Pack16& v) {
+#if defined(__CUDA_ARCH__)
+  __stcg(static_cast<uint4*>(p), make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]));
+#else
+  std::memcpy(p, &v, sizeof v);
+#endif
+}
+
+// The number of leading elements before every pointer reaches a 16-byte boundary, or `n`
+// (all scalar) when the pointers are misaligned differently.
+DCOMM_HOST_DEVICE inline size_t aligned_head(size_t elem, size_t n, const void* p0, const void* p1, const void* p2,
+                                              const void* p3) {
+  auto mis = [](const void* p) { return static_cast<size_t>(reinterpret_cast<uintptr_t>(p) & (kPackBytes - 1)); };
+  const size_t m = mis(p0);
+  if ((p1 && mis(p1) != m) || (p2 && mis(p2) != m) || (p3 && mis(p3) != m) || m % elem) return n;
+  const size_t head = ((kPackBytes - m) & (kPackBytes - 1)) / elem;
+  return head < n ? head : n;
+}
+
+// out = a (op) b elementwise in the accumulator type, then divided by `ranks` when ranks > 0
+// (kAvg's last step): the bits of the host reducer followed by Reducer::finalize.
+template <class T, class Op>
+DCOMM_HOST_DEVICE inline T reduce_elem(T a, T b, int divide_by) {
+  T r = combine<T, Op>(a, b);
+  return divide_by > 0 ? divide<T>(r, divide_by) : r;
+}
+}  // namespace detail
+
+// dst[i] = a[i] (op) b[i], and dst2[i] the same when dst2 is set (a peer's buffer: the fused
+// "reduce and copy" of recv_reduce_copy_send). divide_by > 0 finalizes kAvg. dst may be a or
+// b (same index); all pointers must be T-aligned.
+template <class T, class Op, class Team>
+DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_reduce(const Team& team, T* dst, T* dst2, const T* a, const T* b, size_t n,
+                                   int divide_by = 0) {
+  constexpr size_t kPer = detail::kPackBytes / sizeof(T);
+  constexpr int kUnroll = sizeof(T) == 1 ? 2 : detail::kUnroll;  // 16 elements a pack already
+  const size_t tid = static_cast<size_t>(team.thread()), nt = static_cast<size_t>(team.threads());
+  const size_t head = detail::aligned_head(sizeof(T), n, dst, dst2, a, b);
+  for (size_t i = tid; i < head; i += nt) {
+    T r = detail::reduce_elem<T, Op>(detail::load_elem(a + i), detail::load_elem(b + i), divide_by);
+    dst[i] = r;
+    if (dst2) dst2[i] = r;
+  }
+  const size_t packs = (n - head) / kPer;
+  const T* pa = a + head;
+  const T* pb = b + head;
+  T* pd = dst + head;
+  T* pd2 = dst2 ? dst2 + head : nullptr;
+  for (size_t base = tid; base < packs; base += nt * kUnroll) {
+    detail::Pack16 x[kUnroll] = {}, y[kUnroll] = {};
+DCOMM_UNROLL
+    for (int u = 0; u < kUnroll; ++u) {
+      size_t p = base + static_cast<size_t>(u) * nt;
+      if (p < packs) {
+        x[u] = detail::load_pack(pa + p * kPer);
+        y[u] = detail::load_pack(pb + p * kPer);
+      }
+    }
+DCOMM_UNROLL
+    for (int u = 0; u < kUnroll; ++u) {
+      size_t p = base + static_cast<size_t>(u) * nt;
+      if (p >= packs) break;
+      T xs[kPer], ys[kPer];
+      memcpy(static_cast<void*>(xs), &x[u], sizeof xs);
+      memcpy(static_cast<void*>(ys), &y[u], sizeof ys);
+DCOMM_UNROLL
+      for (size_t k = 0; k < kPer; ++k) xs[k] = detail::reduce_elem<T, Op>(xs[k], ys[k], divide_by);
+      memcpy(&x[u], xs, sizeof xs);
+      detail::store_pack(pd + p * kPer, x[u]);
+      if (pd2) detail::store_pack(pd2 + p * kPer, x[u]);
+    }
+  }
+  for (size_t i = head + packs * kPer + tid; i < n; i += nt) {
+    T r = detail::reduce_elem<T, Op>(detail::load_elem(a + i), detail::load_elem(b + i), divide_by);
+    dst[i] = r;
+    if (dst2) dst2[i] = r;
+  }
+}
+
+// dst[i] = src[i] / divide_by for kAvg over a buffer the reduction already wrote (the ring's
+// last reduce writes its sum; the root of a chain divides).
+template <class T, class Team>
+DCOMM_HOST_DEVICE void team_divide(const Team& team, T* buf, size_t n, int divide_by) {
+  for (size_t i = static_cast<size_t>(team.thread()); i < n; i += static_cast<size_t>(team.threads()))
+    buf[i] = divide<T>(detail::load_elem(buf + i), divide_by);
+}
+
+// dst[0, bytes) = src, and dst2 the same when set; dst == src copies nothing to dst.
+template <class Team>
+DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_copy(const Team& team, void* dst, void* dst2, const void* src, size_t bytes) {
+  auto* d = static_cast<uint8_t*>(dst == src ? nullptr : dst);
+  auto* d2 = static_cast<uint8_t*>(dst2);
+  if (!d && !d2) return;
+  if (!d) {
+    d = d2;
+    d2 = nullptr;
+  }
+  const auto* s = static_cast<const uint8_t*>(src);
+  const size_t tid = static_cast<size_t>(team.thread()), nt = static_cast<size_t>(team.threads());
+  const size_t head = detail::aligned_head(1, bytes, d, d2, s, nullptr);
+  for (size_t i = tid; i < head; i += nt) {
+    uint8_t v = detail::load_elem(s + i);
+    d[i] = v;
+    if (d2) d2[i] = v;
+  }
+  const size_t packs = (bytes - head) / detail::kPackBytes;
+  for (size_t base = tid; base < packs; base += nt * detail::kUnroll) {
+    detail::Pack16 x[detail::kUnroll] = {};
+DCOMM_UNROLL
+    for (int u = 0; u < detail::kUnroll; ++u) {
+      size_t p = base + static_cast<size_t>(u) * nt;
+      if (p < packs) x[u] = detail::load_pack(s + head + p * detail::kPackBytes);
+    }
+DCOMM_UNROLL
+    for (int u = 0; u < detail::kUnroll; ++u) {
+      size_t p = base + static_cast<size_t>(u) * nt;
+      if (p >= packs) break;
+      detail::store_pack(d + head + p * detail::kPackBytes, x[u]);
+      if (d2) detail::store_pack(d2 + head + p * detail::kPackBytes, x[u]);
+    }
+  }
+  for (size_t i = head + packs * detail::kPackBytes + tid; i < bytes; i += nt) {
+    uint8_t v = detail::load_elem(s + i);
+    d[i] = v;
+    if (d2) d2[i] = v;
+  }
+}
+
+DCOMM_NAMESPACE_END
