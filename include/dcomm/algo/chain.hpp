@@ -15,14 +15,13 @@
 DCOMM_NAMESPACE_BEGIN
 
 // b.send is read on the root only; b.recv receives on every rank (in place: send == recv).
-inline Status chain_broadcast(Primitives& p, int rank, int size, int root, const RingBuffers& b) {
+DCOMM_HD_TEMPLATE
+template <class Prims>
+DCOMM_HOST_DEVICE PrimsStatus<Prims> chain_broadcast(Prims& p, int rank, int size, int root, const RingBuffers& b) {
   using detail::at;
   const size_t eb = p.elem_bytes();
   const int pos = detail::mod(rank - root, size);  // 0 is the root, size-1 the chain's end
-  if (size == 1) {
-    detail::copy_if_distinct(b.recv, b.send, b.count * eb);
-    return {};
-  }
+  if (size == 1) return p.local_copy(b.recv, b.send, b.count);
   return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
     char* out = at(b.recv, base, eb);
     if (pos == 0) return p.copy_send(at(b.send, base, eb), out, n);
@@ -31,16 +30,14 @@ inline Status chain_broadcast(Primitives& p, int rank, int size, int root, const
   });
 }
 
-// b.recv is written on the root only.
-inline Status chain_reduce(Primitives& p, int rank, int size, int root, const RingBuffers& b, const Reducer& r) {
+// b.recv is written on the root only (one rank: a copy; kAvg over one rank divides by 1).
+DCOMM_HD_TEMPLATE
+template <class Prims>
+DCOMM_HOST_DEVICE PrimsStatus<Prims> chain_reduce(Prims& p, int rank, int size, int root, const RingBuffers& b) {
   using detail::at;
   const size_t eb = p.elem_bytes();
   const int pos = detail::mod(rank - root - 1, size);  // 0 starts the chain, size-1 is the root
-  if (size == 1) {
-    detail::copy_if_distinct(b.recv, b.send, b.count * eb);
-    r.finalize(b.recv, b.count);
-    return {};
-  }
+  if (size == 1) return p.local_copy(b.recv, b.send, b.count);
   return detail::for_each_slice(p, b.count, [&](size_t base, size_t n) {
     const char* in = at(b.send, base, eb);
     if (pos == 0) return p.send(in, n);

@@ -727,7 +727,7 @@ class Communicator {
       case OpKind::kReduceScatter: return ring_reduce_scatter(prims, pos_, size_, b);
       case OpKind::kAllGather: return ring_all_gather(prims, pos_, size_, b);
       case OpKind::kBroadcast: return chain_broadcast(prims, pos_, size_, root, b);
-      case OpKind::kReduce: return chain_reduce(prims, pos_, size_, root, b, *reducer);
+      case OpKind::kReduce: return chain_reduce(prims, pos_, size_, root, b);
       default: return make_error(ErrorCode::kInternal, "unhandled operation");
     }
   }

@@ -88,7 +88,10 @@ Status invalid_argument(const Args&... args) {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  // By reference rather than by value: `return local;` then moves the local into the Result
+  // under every compiler's rules (nvcc's front end does not apply C++20's wider implicit move).
+  Result(T&& value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
+  Result(const T& value) : v_(std::in_place_index<0>, value) {}        // NOLINT
   Result(Status status) : v_(std::move(status)) {}  // NOLINT
   bool ok() const { return v_.index() == 0; }
   Status status() const { return ok() ? Status{} : std::get<1>(v_); }

@@ -30,6 +30,14 @@ class Primitives {
     return slot / r_.elem_bytes;
   }
   size_t elem_bytes() const { return r_.elem_bytes; }
+  // Ring chunks are a multiple of this many elements (the device primitives want 16 bytes).
+  size_t chunk_align() const { return 1; }
+
+  // dst <- src on this rank (the one-rank case of every collective; nothing when in place)
+  Status local_copy(void* dst, const void* src, size_t count) {
+    detail::copy_if_distinct(dst, src, count * r_.elem_bytes);
+    return {};
+  }
 
   // next <- src
   Status send(const void* src, size_t count) {
