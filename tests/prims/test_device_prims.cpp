@@ -177,6 +177,7 @@ TEST_CASE("device p2p on host threads: a group of sends and receives both ways, 
   for (int r = 0; r < n; ++r) {
     auto& w = works[static_cast<size_t>(r)];
     w.channels = channels;
+    w.conn_channels = channels;
     w.rank = r;
     w.ranks = n;
     w.send_conns = sends[static_cast<size_t>(r)].data();

@@ -94,7 +94,8 @@ struct DeviceP2pWork {
   static constexpr int kMaxItems = 64;
   int nitems = 0;
   int nlanes = 0;
-  int channels = 1;
+  int channels = 1;       // blocks per lane: the same on every rank (each item's split must match)
+  int conn_channels = 1;  // the connection tables' channels per peer (their stride)
   int rank = 0;
   int ranks = 1;
   const DeviceConn* send_conns = nullptr;  // [peer][channel]
@@ -143,7 +144,7 @@ DCOMM_HOST_DEVICE DeviceStatus run_p2p_block(const Team& team, const DeviceP2pWo
     team.sync();
     return {};
   }
-  const size_t at = static_cast<size_t>(peer) * static_cast<size_t>(w.channels) + static_cast<size_t>(c);
+  const size_t at = static_cast<size_t>(peer) * static_cast<size_t>(w.conn_channels) + static_cast<size_t>(c);
   const DeviceConn* conn = is_send ? &w.send_conns[at] : &w.recv_conns[at];
   DevicePrims<Team, uint8_t> p(team, is_send ? nullptr : conn, is_send ? conn : nullptr, ctl, ReduceOp::kSum, 0);
   for (int i = 0; i < w.nitems; ++i) {

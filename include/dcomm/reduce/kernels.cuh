@@ -1,0 +1,92 @@
+// The CUDA reduction and copy kernels: reduce/packs.hpp's loops over a whole grid (a
+// standalone reduction) or one block (a channel of a collective). Needs nvcc.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/core/types.hpp"
+#include "dcomm/reduce/host_reducer.hpp"
+#include "dcomm/reduce/packs.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+// A thread block as a team: what one channel of a collective runs on.
+struct BlockTeam {
+  __device__ int thread() const { return static_cast<int>(threadIdx.x); }
+  __device__ int threads() const { return static_cast<int>(blockDim.x); }
+  __device__ void sync() const { __syncthreads(); }
+  __device__ int broadcast(int v) const {
+    __shared__ int slot;
+    __syncthreads();
+    if (threadIdx.x == 0) slot = v;
+    __syncthreads();
+    return slot;
+  }
+};
+
+// The whole grid as a team, for elementwise kernels (no sync: blocks cannot wait on each other).
+struct GridTeam {
+  __device__ int thread() const { return static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); }
+  __device__ int threads() const { return static_cast<int>(gridDim.x * blockDim.x); }
+};
+
+// "what: cudaErrorName: description", or ok.
+inline Status cuda_status(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return {};
+  return make_error(e == cudaErrorMemoryAllocation ? ErrorCode::kOutOfResources : ErrorCode::kSystemError, what, ": ",
+                    cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+}
+
+namespace detail {
+template <class T, class Op>
+__global__ void reduce_kernel(T* dst, T* dst2, const T* a, const T* b, size_t n, int divide_by) {
+  team_reduce<T, Op>(GridTeam{}, dst, dst2, a, b, n, divide_by);
+}
+__global__ void copy_kernel(void* dst, void* dst2, const void* src, size_t bytes) {
+  team_copy(GridTeam{}, dst, dst2, src, bytes);
+}
+constexpr int kElementwiseThreads = 512;
+// Enough blocks to fill the device (4 per SM), fewer for short ranges.
+inline unsigned elementwise_blocks(size_t bytes) {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 80;
+    return n;
+  }();
+  size_t per_block = static_cast<size_t>(kElementwiseThreads) * kPackBytes * kUnroll;
+  size_t want = (bytes + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(want, static_cast<size_t>(sms) * 4)));
+}
+}  // namespace detail
+
+// dst = a (op) b over `count` elements on `stream`, and dst2 the same when set (the fused
+// reduce-and-copy); kAvg divides by `ranks`. Any alignment; 16-byte aligned buffers go in packs.
+inline Status reduce_on_device(void* dst, void* dst2, const void* a, const void* b, size_t count, DataType type,
+                               ReduceOp op, int ranks, cudaStream_t stream) {
+  if (!is_valid(type) || !is_valid(op)) return invalid_argument("reduce_on_device: unknown data type or op");
+  if (count == 0) return {};
+  const int divide_by = op == ReduceOp::kAvg && ranks > 1 ? ranks : 0;
+  const unsigned blocks = detail::elementwise_blocks(count * size_of(type));
+  dispatch_type(type, [&]<class T>() {
+    return dispatch_op(op, [&]<class Op>() {
+      detail::reduce_kernel<T, Op><<<blocks, detail::kElementwiseThreads, 0, stream>>>(
+          static_cast<T*>(dst), static_cast<T*>(dst2), static_cast<const T*>(a), static_cast<const T*>(b), count, divide_by);
+      return 0;
+    });
+  });
+  return cuda_status(cudaGetLastError(), detail::cat("reduce kernel (", to_string(type), " ", to_string(op), ")"));
+}
+
+// dst = src (bytes), and dst2 the same when set.
+inline Status copy_on_device(void* dst, void* dst2, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return {};
+  detail::copy_kernel<<<detail::elementwise_blocks(bytes), detail::kElementwiseThreads, 0, stream>>>(dst, dst2, src, bytes);
+  return cuda_status(cudaGetLastError(), "copy kernel");
+}
+
+DCOMM_NAMESPACE_END
