@@ -1,0 +1,424 @@
+// The CUDA device path on a real GPU (ctest label `gpu`): the reduction kernels against the
+// host reducer, every collective on device memory with threads and with processes sharing one
+// GPU (device memory and CUDA IPC; pinned host memory with DCOMM_CUDA_P2P_DISABLE=1), groups,
+// CUDA graph capture, abort and deadline, bad arguments. Without a device it prints why and
+// exits 77, which ctest counts as skipped.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <dcomm/bootstrap/local_launch.hpp>
+#include <dcomm/dcomm.cuh>
+
+#include "support/ranks.hpp"
+#include "support/values.hpp"
+
+using namespace dcomm;
+using namespace dcomm_test;
+
+namespace {
+#define CUDA_OK(expr) REQUIRE_MESSAGE((expr) == cudaSuccess, #expr, ": ", cudaGetErrorString(cudaGetLastError()))
+
+// Equal bits, or both NaN (the device's conversions may give another NaN payload).
+template <class T>
+bool same_value(const T& a, const T& b) {
+  if (same_bits(a, b)) return true;
+  if constexpr (std::is_integral_v<T>) return false;
+  else return std::isnan(static_cast<double>(static_cast<float>(a))) && std::isnan(static_cast<double>(static_cast<float>(b)));
+}
+
+template <class T>
+struct DeviceBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DeviceBuf(size_t count) : n(count) { CUDA_OK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T) + 64)); }
+  ~DeviceBuf() { cudaFree(p); }
+  void put(const std::vector<T>& v) { CUDA_OK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  std::vector<T> get(size_t count) const {
+    std::vector<T> v(count);
+    CUDA_OK(cudaMemcpy(v.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+// Every collective of one type on one rank, in and out of place, checked exactly. Returns the
+// number of failed checks; failures go to `log`.
+template <class T>
+int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size_t>& counts, cudaStream_t s,
+                       std::string& log) {
+  const int n = d.size(), r = d.rank();
+  const size_t un = static_cast<size_t>(n);
+  int bad = 0;
+  auto fail = [&](const std::string& what) {
+    if (bad++ < 10) log += what + "\n";
+  };
+  auto call = [&](const std::string& what, Status st) {
+    if (!st.ok()) fail(what + ": " + st.message());
+    if (cudaStreamSynchronize(s) != cudaSuccess) fail(what + ": stream failed");
+    return st.ok();
+  };
+  for (size_t count : counts)
+    for (bool in_place : {false, true})
+      for (int o = 0; o < kNumReduceOps; ++o) {
+        const auto op = static_cast<ReduceOp>(o);
+        const std::string tag = detail::cat(to_string(t), " ", to_string(op), " count ", count, in_place ? " in place" : "", " rank ", r, "/", n);
+        std::vector<T> in(count * un);
+        for (size_t i = 0; i < in.size(); ++i) in[i] = from_int<T>(input_value(t, op, r, i));
+        // all_reduce
+        DeviceBuf<T> a(count * un), b(count * un);
+        a.put(in);
+        if (call("all_reduce " + tag, d.all_reduce(a.p, in_place ? a.p : b.p, count, t, op, s))) {
+          auto got = (in_place ? a : b).get(count);
+          for (size_t i = 0; i < count; ++i)
+            if (!same_value(got[i], expected_reduction<T>(t, op, n, i))) {
+              fail(detail::cat("all_reduce ", tag, ": element ", i));
+              break;
+            }
+        }
+        // reduce_scatter
+        a.put(in);
+        T* rs_out = in_place ? a.p + static_cast<size_t>(r) * count : b.p;
+        if (call("reduce_scatter " + tag, d.reduce_scatter(a.p, rs_out, count, t, op, s))) {
+          std::vector<T> got(count);
+          CUDA_OK(cudaMemcpy(got.data(), rs_out, count * sizeof(T), cudaMemcpyDeviceToHost));
+          for (size_t i = 0; i < count; ++i)
+            if (!same_value(got[i], expected_reduction<T>(t, op, n, static_cast<size_t>(r) * count + i))) {
+              fail(detail::cat("reduce_scatter ", tag, ": element ", i));
+              break;
+            }
+        }
+        // reduce to a root that moves with the count
+        const int root = static_cast<int>((count + static_cast<size_t>(o)) % un);
+        a.put(in);
+        if (call("reduce " + tag, d.reduce(a.p, in_place ? a.p : b.p, count, t, op, root, s)) && r == root) {
+          auto got = (in_place ? a : b).get(count);
+          for (size_t i = 0; i < count; ++i)
+            if (!same_value(got[i], expected_reduction<T>(t, op, n, i))) {
+              fail(detail::cat("reduce ", tag, " root ", root, ": element ", i));
+              break;
+            }
+        }
+        if (op != ReduceOp::kSum) continue;
+        // all_gather
+        std::vector<T> mine(count);
+        for (size_t i = 0; i < count; ++i) mine[i] = from_int<T>(input_value(t, ReduceOp::kSum, r, i));
+        a.put(mine);
+        T* ag_in = a.p;
+        if (in_place) {
+          CUDA_OK(cudaMemcpy(b.p + static_cast<size_t>(r) * count, mine.data(), count * sizeof(T), cudaMemcpyHostToDevice));
+          ag_in = b.p + static_cast<size_t>(r) * count;
+        }
+        if (call("all_gather " + tag, d.all_gather(ag_in, b.p, count, t, s))) {
+          auto got = b.get(count * un);
+          for (size_t i = 0; i < count * un; ++i)
+            if (!same_value(got[i], from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(i / count), i % count)))) {
+              fail(detail::cat("all_gather ", tag, ": element ", i));
+              break;
+            }
+        }
+        // broadcast
+        a.put(in);
+        if (call("broadcast " + tag, d.broadcast(a.p, in_place ? a.p : b.p, count, t, root, s))) {
+          auto got = (in_place ? a : b).get(count);
+          for (size_t i = 0; i < count; ++i)
+            if (!same_value(got[i], from_int<T>(input_value(t, ReduceOp::kSum, root, i)))) {
+              fail(detail::cat("broadcast ", tag, " root ", root, ": element ", i));
+              break;
+            }
+        }
+        // send/recv around the ring, as one group
+        a.put(mine);
+        d.group_start();
+        Status st1 = d.send(a.p, count, t, (r + 1) % n, s);
+        Status st2 = d.recv(b.p, count, t, (r + n - 1) % n, s);
+        Status st3 = d.group_end();
+        if (call("send/recv " + tag, st1.ok() ? (st2.ok() ? st3 : st2) : st1)) {
+          auto got = b.get(count);
+          for (size_t i = 0; i < count; ++i)
+            if (!same_value(got[i], from_int<T>(input_value(t, ReduceOp::kSum, (r + n - 1) % n, i)))) {
+              fail(detail::cat("send/recv ", tag, ": element ", i));
+              break;
+            }
+        }
+      }
+  if (!call("barrier", d.barrier(s))) ++bad;
+  return bad;
+}
+
+// The full matrix on one rank: every type. Counts: 0, 1, a prime, and one spanning several
+// rounds of every channel's slots (the environment sets small slots). `quick`: four types and
+// two counts, for processes, whose CUDA contexts take turns on a shared GPU (no MPS).
+int device_matrix(Communicator& host, int device, std::string& log, bool quick = false) {
+  auto d = DeviceCommunicator::create(host, device);
+  if (!d.ok()) {
+    log += d.status().message() + "\n";
+    return 1;
+  }
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return 1;
+  const auto& cfg = (*d)->config();
+  const size_t big = static_cast<size_t>(cfg.slot_bytes) * static_cast<size_t>(cfg.channels) * 3 / 4 + 7;
+  std::vector<size_t> counts = quick ? std::vector<size_t>{1, big} : std::vector<size_t>{0, 1, 13, big};
+  int bad = 0;
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    const auto type = static_cast<DataType>(t);
+    if (quick && type != DataType::kFloat32 && type != DataType::kBfloat16 && type != DataType::kFloat8E5M2 &&
+        type != DataType::kInt64)
+      continue;
+    bad += dispatch_type(type, [&]<class T>() {
+      return device_collectives<T>(**d, static_cast<DataType>(t), counts, s, log);
+    });
+  }
+  cudaStreamDestroy(s);
+  return bad;
+}
+
+void run_threads(int n) {
+  auto comms = Communicator::create_local(n, test_config());
+  REQUIRE(comms.ok());
+  std::vector<std::string> logs(static_cast<size_t>(n));
+  std::vector<int> bad(static_cast<size_t>(n), 0);
+  on_ranks(*comms, [&](Communicator& c) {
+    cudaSetDevice(0);
+    bad[static_cast<size_t>(c.rank())] = device_matrix(c, 0, logs[static_cast<size_t>(c.rank())]);
+  });
+  for (int r = 0; r < n; ++r) CHECK_MESSAGE(bad[static_cast<size_t>(r)] == 0, "rank ", r, ":\n", logs[static_cast<size_t>(r)]);
+}
+
+// n threads as ranks on GPU 0, each with its device communicator and a stream; f returns
+// whether the rank's checks passed.
+template <class F>
+void on_device_ranks(int n, F f) {
+  auto comms = Communicator::create_local(n, test_config());
+  REQUIRE(comms.ok());
+  std::vector<int> ok(static_cast<size_t>(n), 0);
+  std::vector<std::string> why(static_cast<size_t>(n));
+  on_ranks(*comms, [&](Communicator& c) {
+    cudaSetDevice(0);
+    auto d = DeviceCommunicator::create(c, 0);
+    if (!d.ok()) {
+      why[static_cast<size_t>(c.rank())] = d.status().message();
+      return;
+    }
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    ok[static_cast<size_t>(c.rank())] = f(**d, s, c.rank());
+    cudaStreamDestroy(s);
+  });
+  for (int r = 0; r < n; ++r) CHECK_MESSAGE(ok[static_cast<size_t>(r)], "rank ", r, " ", why[static_cast<size_t>(r)]);
+}
+
+void small_slots() {
+  setenv("DCOMM_CUDA_SLOT_BYTES", "4096", 1);
+  setenv("DCOMM_CUDA_CHANNELS", "3", 1);
+  setenv("DCOMM_CUDA_SLOTS", "2", 1);
+}
+}  // namespace
+
+TEST_CASE("reduction kernels: the host reducer's bits, every type and op, any alignment, fused second output") {
+  std::mt19937 rng(23);
+  cudaStream_t s = nullptr;
+  for (int t = 0; t < kNumDataTypes; ++t)
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      const auto type = static_cast<DataType>(t);
+      const auto op = static_cast<ReduceOp>(o);
+      const Reducer ref = *make_host_reducer(type, op, 3, false);
+      dispatch_type(type, [&]<class T>() {
+        for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{4099}, size_t{(1 << 20) + 3}})
+          for (int off : {0, 1, 3}) {
+            const size_t pad = 8;
+            std::vector<T> a(n + pad), b(n + pad), want(n + pad);
+            std::vector<uint8_t> raw((n + pad) * sizeof(T));
+            for (auto& x : raw) x = static_cast<uint8_t>(rng());
+            std::memcpy(static_cast<void*>(a.data()), raw.data(), raw.size());
+            for (auto& x : raw) x = static_cast<uint8_t>(rng());
+            std::memcpy(static_cast<void*>(b.data()), raw.data(), raw.size());
+            const size_t oa = static_cast<size_t>(off), ob = off == 3 ? 0 : oa;  // 3: misaligned differently
+            ref.reduce(want.data(), a.data() + oa, b.data() + ob, n);
+            ref.finalize(want.data(), n);
+            DeviceBuf<T> da(n + pad), db(n + pad), dd(n + pad), dd2(n + pad);
+            da.put(a);
+            db.put(b);
+            REQUIRE(reduce_on_device(dd.p + oa, dd2.p, da.p + oa, db.p + ob, n, type, op, 3, s).ok());
+            CUDA_OK(cudaDeviceSynchronize());
+            std::vector<T> got(n), got2(n);
+            CUDA_OK(cudaMemcpy(got.data(), dd.p + oa, n * sizeof(T), cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(got2.data(), dd2.p, n * sizeof(T), cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < n; ++i) {
+              REQUIRE_MESSAGE(same_value(got[i], want[i]), to_string(type), " ", to_string(op), " n ", n, " offset ", off, " at ", i);
+              REQUIRE(same_value(got2[i], want[i]));
+            }
+          }
+        return 0;
+      });
+    }
+}
+
+TEST_CASE("collectives on device memory: threads as ranks sharing one GPU, every type, op and collective") {
+  small_slots();
+  for (int n : {1, 2, 3, 4}) {
+    CAPTURE(n);
+    run_threads(n);
+  }
+}
+
+TEST_CASE("collectives through pinned host memory (DCOMM_CUDA_P2P_DISABLE=1)") {
+  small_slots();
+  setenv("DCOMM_CUDA_P2P_DISABLE", "1", 1);
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    run_threads(n);
+  }
+  unsetenv("DCOMM_CUDA_P2P_DISABLE");
+}
+
+TEST_CASE("collectives on device memory: processes sharing one GPU through CUDA IPC") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    auto procs = spawn_local_ranks({"/proc/self/exe", "--gpu-worker"}, n,
+                                   {"DCOMM_CUDA_SLOT_BYTES=4096", "DCOMM_CUDA_CHANNELS=3", "DCOMM_CUDA_SLOTS=2", "DCOMM_TIMEOUT_MS=60000"});
+    REQUIRE(procs.ok());
+    Status s = wait_local_ranks(*procs, std::chrono::minutes(5));
+    CHECK_MESSAGE(s.ok(), s.message());
+    for (size_t r = 0; r < procs->exit_codes.size(); ++r) CHECK_MESSAGE(procs->exit_codes[r] == 0, "rank ", r);
+  }
+}
+
+TEST_CASE("a group: all-to-all as sends and receives to every rank, itself included") {
+  small_slots();
+  const int n = 3;
+  const size_t per = 1000;
+  on_device_ranks(n, [&](DeviceCommunicator& d, cudaStream_t s, int r) {
+    std::vector<int32_t> in(per * n);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(r * 100000 + static_cast<int>(i));
+    DeviceBuf<int32_t> a(per * n), b(per * n);
+    a.put(in);
+    d.group_start();
+    for (int p = 0; p < n; ++p) {
+      d.send(a.p + static_cast<size_t>(p) * per, per, DataType::kInt32, p, s).ignore();
+      d.recv(b.p + static_cast<size_t>(p) * per, per, DataType::kInt32, p, s).ignore();
+    }
+    bool good = d.group_end().ok() && cudaStreamSynchronize(s) == cudaSuccess;
+    auto out = b.get(per * n);
+    for (int p = 0; p < n && good; ++p)
+      for (size_t i = 0; i < per; ++i)
+        good = good && out[static_cast<size_t>(p) * per + i] ==
+                           static_cast<int32_t>(p * 100000 + static_cast<int>(static_cast<size_t>(r) * per + i));
+    return good;
+  });
+}
+
+TEST_CASE("an all_reduce captured into a CUDA graph gives fresh results on every replay") {
+  small_slots();
+  on_device_ranks(2, [&](DeviceCommunicator& d, cudaStream_t s, int r) {
+    const size_t count = 10007;
+    DeviceBuf<float> a(count), b(count);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    Status st = d.all_reduce(a.p, b.p, count, DataType::kFloat32, ReduceOp::kSum, s);
+    if (cudaStreamEndCapture(s, &graph) != cudaSuccess || !st.ok()) return false;
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return false;
+    bool good = true;
+    for (int replay = 0; replay < 3; ++replay) {
+      std::vector<float> in(count);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((r + 1) * (replay + 1)) + static_cast<float>(i % 7);
+      a.put(in);
+      cudaGraphLaunch(exec, s);
+      cudaStreamSynchronize(s);
+      auto got = b.get(count);
+      for (size_t i = 0; i < count; ++i)
+        good = good && got[i] == static_cast<float>(3 * (replay + 1)) + 2.0f * static_cast<float>(i % 7);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return good;
+  });
+}
+
+TEST_CASE("a kernel waiting for a rank that never comes ends on abort() and on the deadline, naming the rank") {
+  small_slots();
+  for (bool use_abort : {true, false}) {
+    CAPTURE(use_abort);
+    auto comms = Communicator::create_local(2, test_config(TransportChoice::kAuto, use_abort ? std::chrono::seconds(60) : std::chrono::milliseconds(500)));
+    REQUIRE(comms.ok());
+    std::vector<std::unique_ptr<DeviceCommunicator>> devs(2);
+    on_ranks(*comms, [&](Communicator& c) {
+      cudaSetDevice(0);
+      auto d = DeviceCommunicator::create(c, 0);
+      if (d.ok()) devs[static_cast<size_t>(c.rank())] = std::move(*d);
+    });
+    REQUIRE(devs[0]);
+    REQUIRE(devs[1]);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    DeviceBuf<float> a(1 << 20);
+    REQUIRE(devs[0]->all_reduce(a.p, a.p, 1 << 20, DataType::kFloat32, ReduceOp::kSum, s).ok());  // rank 1 never calls
+    auto t0 = std::chrono::steady_clock::now();
+    if (use_abort) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      devs[0]->abort("the test gives up");
+    }
+    CUDA_OK(cudaStreamSynchronize(s));  // returns: the kernel gave up
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(waited < 30);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the watchdog reads the kernel's report
+    Status e = devs[0]->error();
+    CHECK_FALSE(e.ok());
+    if (!use_abort) {
+      CHECK_MESSAGE(e.message().find("timed out") != std::string::npos, e.message());
+      CHECK_MESSAGE(e.message().find("rank 1") != std::string::npos, e.message());
+    }
+    // Later calls fail at once, on both ranks (the host communicator was aborted).
+    CHECK_FALSE(devs[0]->all_reduce(a.p, a.p, 16, DataType::kFloat32, ReduceOp::kSum, s).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK_FALSE(devs[1]->error().ok());
+    cudaStreamDestroy(s);
+    devs.clear();
+  }
+}
+
+TEST_CASE("bad arguments are refused before anything is enqueued, naming the call, rank and argument") {
+  auto comms = Communicator::create_local(1, test_config());
+  REQUIRE(comms.ok());
+  cudaSetDevice(0);
+  auto d = DeviceCommunicator::create(*(*comms)[0], 0);
+  REQUIRE_MESSAGE(d.ok(), d.status().message());
+  std::vector<float> host(16);
+  Status s = (*d)->all_reduce(host.data(), host.data(), 16, DataType::kFloat32, ReduceOp::kSum, nullptr);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK_MESSAGE(s.message().find("all_reduce on rank 0") != std::string::npos, s.message());
+  CHECK_MESSAGE(s.message().find("not CUDA device memory") != std::string::npos, s.message());
+  DeviceBuf<float> a(16);
+  s = (*d)->broadcast(a.p, a.p, 16, DataType::kFloat32, 5, nullptr);
+  CHECK_MESSAGE(s.message().find("root/peer 5") != std::string::npos, s.message());
+  s = (*d)->all_reduce(a.p, a.p, 16, static_cast<DataType>(99), ReduceOp::kSum, nullptr);
+  CHECK_MESSAGE(s.message().find("unknown data type") != std::string::npos, s.message());
+  CHECK((*d)->group_end().code() == ErrorCode::kInvalidArgument);
+}
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    std::printf("SKIPPED: no CUDA device (cudaGetDeviceCount: %s); the GPU tests need one\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return 77;
+  }
+  if (argc > 1 && std::string(argv[1]) == "--gpu-worker") {  // one rank of the processes test
+    auto c = Communicator::from_env();
+    if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().message().c_str()), 2;
+    cudaSetDevice(0);
+    std::string log;
+    int bad = device_matrix(**c, 0, log, /*quick=*/true);
+    if (bad) std::fprintf(stderr, "rank %d: %d failures\n%s", (*c)->rank(), bad, log.c_str());
+    return bad ? 1 : 0;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
