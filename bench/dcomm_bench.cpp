@@ -2,10 +2,18 @@
 //
 //   dcomm-bench [collective] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o op]
 //               [-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1]
+//               [-g gpus] [-t threads]
 //
 // -J writes the results as JSON (as nccl-tests' -J); -M 1 reports the staging memory each
 // rank holds (the largest over ranks); -R 1 takes the buffers from dcomm::mem_alloc (peers
 // on the host read and write them without system calls), as nccl-tests' -R registers them.
+// -g N runs on CUDA device memory through dcomm::DeviceCommunicator, rank r on GPU
+// (local rank mod N), so -N 4 -g 1 puts four ranks on one GPU; calls are enqueued on a stream
+// and the time is the host's around the loop and a final stream synchronize (nccl-tests' way).
+// -g needs a build with CUDA (dcomm::cuda); -g 0, the default, runs on host memory.
+// -t T runs T ranks as threads of this one process (instead of -N processes): ranks sharing a
+// GPU then share one CUDA context, so their kernels run at the same time (processes sharing a
+// GPU take turns unless MPS runs). Unlike nccl-tests' -t, each thread is one rank.
 //
 // collective: all_reduce (default), reduce_scatter, all_gather, broadcast, reduce,
 // send_recv, all_to_all. Started under torchrun, mpirun or srun it is one rank of that job;
@@ -24,10 +32,14 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <dcomm/bootstrap/local_launch.hpp>
 #include <dcomm/dcomm.hpp>
+#if DCOMM_HAS_CUDA
+#include <dcomm/dcomm.cuh>
+#endif
 
 #include "support/values.hpp"
 
@@ -52,13 +64,15 @@ struct Options {
   std::string json;  // -J: write results here
   bool memory = false;  // -M: report staging memory per rank
   bool registered = false;  // -R: buffers from dcomm::mem_alloc
+  int gpus = 0;  // -g: on CUDA devices, ranks spread over this many
+  int threads = 0;  // -t: ranks as threads of one process
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "dcomm-bench: %s\nusage: dcomm-bench [all_reduce|reduce_scatter|all_gather|broadcast|reduce|"
                "send_recv|all_to_all] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o sum|prod|min|max|avg] "
-               "[-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1]\n",
+               "[-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1] [-g gpus] [-t threads]\n",
                msg);
   std::exit(2);
 }
@@ -87,6 +101,8 @@ Options parse(int argc, char** argv) {
     else if (flag == "-J") o.json = v;
     else if (flag == "-M") o.memory = v != "0";
     else if (flag == "-R") o.registered = v != "0";
+    else if (flag == "-g") o.gpus = std::atoi(v.c_str());
+    else if (flag == "-t") o.threads = std::atoi(v.c_str());
     else if (flag == "-o") {
       auto op = parse_reduce_op(v);
       if (!op) usage(("unknown op " + v).c_str());
@@ -103,7 +119,10 @@ Options parse(int argc, char** argv) {
   auto known = std::find(std::begin(kColls), std::end(kColls), o.coll);
   if (known == std::end(kColls)) usage(("unknown collective " + o.coll).c_str());
   o.kind = static_cast<Coll>(known - std::begin(kColls));
-  if (o.ranks < 1 || o.iters < 1 || o.warmup < 0 || o.factor <= 1 || o.min_bytes > o.max_bytes) usage("bad numbers");
+  if (o.ranks < 1 || o.iters < 1 || o.warmup < 0 || o.factor <= 1 || o.min_bytes > o.max_bytes || o.gpus < 0 || o.threads < 0) usage("bad numbers");
+#if !DCOMM_HAS_CUDA
+  if (o.gpus > 0) usage("-g: this dcomm-bench was built without CUDA (configure with the CUDA toolkit)");
+#endif
   return o;
 }
 
@@ -116,8 +135,19 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() {
     if (registered_) mem_free(data_).ignore();
+#if DCOMM_HAS_CUDA
+    if (device_) cudaFree(data_);
+#endif
   }
-  Status allocate(size_t bytes, bool registered) {
+  Status allocate(size_t bytes, bool registered, bool device) {
+#if DCOMM_HAS_CUDA
+    if (device) {
+      DCOMM_RETURN_IF_ERROR(cuda_status(cudaMalloc(reinterpret_cast<void**>(&data_), bytes), "cudaMalloc"));
+      device_ = true;
+      return cuda_status(cudaMemset(data_, 1, bytes), "cudaMemset");
+    }
+#endif
+    (void)device;
     if (registered) {
       auto p = mem_alloc(bytes);
       if (!p.ok()) return p.status();
@@ -131,11 +161,25 @@ class Buffer {
     return {};
   }
   char* data() const { return data_; }
+  // Copies between this buffer (at `at`) and host memory, whichever memory it is.
+  void put(char* at, const void* from, size_t bytes) const {
+#if DCOMM_HAS_CUDA
+    if (device_) return (void)cudaMemcpy(at, from, bytes, cudaMemcpyHostToDevice);
+#endif
+    std::memcpy(at, from, bytes);
+  }
+  void get(void* to, const char* at, size_t bytes) const {
+#if DCOMM_HAS_CUDA
+    if (device_) return (void)cudaMemcpy(to, at, bytes, cudaMemcpyDeviceToHost);
+#endif
+    std::memcpy(to, at, bytes);
+  }
 
  private:
   std::vector<char> plain_;
   char* data_ = nullptr;
   bool registered_ = false;
+  bool device_ = false;
 };
 
 // The collective of one iteration. count: elements of the size column's buffer.
@@ -144,6 +188,10 @@ struct Bench {
   const Options& o;
   size_t eb;
   Buffer send, recv;  // allocated for max_bytes, touched once
+#if DCOMM_HAS_CUDA
+  std::unique_ptr<DeviceCommunicator> dev;  // -g: the calls go here, on `stream`
+  cudaStream_t stream = nullptr;
+#endif
 
   int n() const { return c.size(); }
   // (send elements, recv elements) of a call whose size column is `count` elements.
@@ -184,10 +232,30 @@ struct Bench {
     }
   }
 
+  // Waits for what run() enqueued (device calls); host calls are done when they return.
+  Status sync() {
+#if DCOMM_HAS_CUDA
+    if (dev) {
+      DCOMM_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+      return dev->error();
+    }
+#endif
+    return {};
+  }
+  const char* path_to_next() const {
+#if DCOMM_HAS_CUDA
+    if (dev) return dev->path_to((c.rank() + 1) % c.size());
+#endif
+    return c.transport_to((c.rank() + 1) % c.size());
+  }
+
   Status run(bool in_place) {
     auto [sc, rc] = counts(cur_count);
     const void* in = in_ptr(in_place);
     void* out = out_ptr(in_place);
+#if DCOMM_HAS_CUDA
+    if (dev) return run_device(in, out, sc, rc);
+#endif
     if (o.kind == Coll::kAllReduce) return c.all_reduce(in, out, sc, o.type, o.op);
     if (o.kind == Coll::kReduceScatter) return c.reduce_scatter(in, out, rc, o.type, o.op);
     if (o.kind == Coll::kAllGather) return c.all_gather(in, out, sc, o.type);
@@ -203,6 +271,34 @@ struct Bench {
     }
     return c.p2p(ops);
   }
+#if DCOMM_HAS_CUDA
+  Status run_device(const void* in, void* out, size_t sc, size_t rc) {
+    DeviceCommunicator& d = *dev;
+    cudaStream_t s = stream;
+    if (o.kind == Coll::kAllReduce) return d.all_reduce(in, out, sc, o.type, o.op, s);
+    if (o.kind == Coll::kReduceScatter) return d.reduce_scatter(in, out, rc, o.type, o.op, s);
+    if (o.kind == Coll::kAllGather) return d.all_gather(in, out, sc, o.type, s);
+    if (o.kind == Coll::kBroadcast) return d.broadcast(in, out, sc, o.type, o.root, s);
+    if (o.kind == Coll::kReduce) return d.reduce(in, out, sc, o.type, o.op, o.root, s);
+    d.group_start();
+    Status first;
+    auto keep = [&](Status st) {
+      if (first.ok() && !st.ok()) first = st;
+    };
+    if (o.kind == Coll::kSendRecv) {
+      keep(d.send(in, sc, o.type, (c.rank() + 1) % n(), s));
+      keep(d.recv(out, rc, o.type, (c.rank() + n() - 1) % n(), s));
+    } else {
+      size_t per = sc / static_cast<size_t>(n());
+      for (int p = 0; p < n(); ++p) {
+        keep(d.send(static_cast<const char*>(in) + static_cast<size_t>(p) * per * eb, per, o.type, p, s));
+        keep(d.recv(static_cast<char*>(out) + static_cast<size_t>(p) * per * eb, per, o.type, p, s));
+      }
+    }
+    keep(d.group_end());
+    return first;
+  }
+#endif
 
   // Fills the input with verifiable values, runs once, counts wrong output elements.
   Result<int64_t> verify(bool in_place) {
@@ -210,11 +306,14 @@ struct Bench {
     using namespace dcomm_test;
     const int r = c.rank();
     return dispatch_type(o.type, [&]<class T>() -> Result<int64_t> {
-      T* in = static_cast<T*>(in_ptr(in_place));
+      std::vector<T> in(sc), out;
       for (size_t i = 0; i < sc; ++i) in[i] = from_int<T>(input_value(o.type, o.op, r, i));
+      send.put(static_cast<char*>(in_ptr(in_place)), in.data(), sc * sizeof(T));
       Status s = run(in_place);
+      if (s.ok()) s = sync();
       if (!s.ok()) return s;
-      const T* out = static_cast<const T*>(out_ptr(in_place));
+      out.resize(rc);
+      recv.get(out.data(), static_cast<const char*>(out_ptr(in_place)), rc * sizeof(T));
       size_t un = static_cast<size_t>(n());
       int64_t wrong = 0;
       auto expect = [&](size_t i) -> T {
@@ -233,26 +332,30 @@ struct Bench {
   }
 };
 
-int run_rank(const Options& o) {
-  auto comm = Communicator::from_env();
-  if (!comm.ok()) {
-    std::fprintf(stderr, "dcomm-bench: %s\n", comm.status().message().c_str());
-    return 1;
-  }
-  Communicator& c = **comm;
+int run_rank(const Options& o, Communicator& c) {
   if (o.root >= c.size()) usage("root out of range");
   const size_t eb = size_of(o.type);
   Bench b{c, o, eb, {}, {}};
+#if DCOMM_HAS_CUDA
+  if (o.gpus > 0) {
+    const int gpu = c.local_rank() % o.gpus;
+    cudaSetDevice(gpu);
+    auto d = DeviceCommunicator::create(c, gpu);
+    if (!d.ok()) return std::fprintf(stderr, "dcomm-bench: rank %d: %s\n", c.rank(), d.status().message().c_str()), 1;
+    b.dev = std::move(*d);
+    if (cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking) != cudaSuccess) return 1;
+  }
+#endif
   // Touched now: no page faults inside the timing.
   for (Buffer* buf : {&b.send, &b.recv})
-    if (Status s = buf->allocate(o.max_bytes + 64, o.registered); !s.ok()) {
+    if (Status s = buf->allocate(o.max_bytes + 64, o.registered, o.gpus > 0); !s.ok()) {
       std::fprintf(stderr, "dcomm-bench: rank %d: %s\n", c.rank(), s.message().c_str());
       return 1;
     }
   if (c.rank() == 0) {
     std::printf("# dcomm-bench %s: %d ranks (%d on this host, next rank via %s), %s %s, root %d, iters %d, warmup %d, "
                 "check %d%s\n#\n",
-                o.coll.c_str(), c.size(), c.local_size(), c.transport_to((c.rank() + 1) % c.size()), to_string(o.type),
+                o.coll.c_str(), c.size(), c.local_size(), b.path_to_next(), to_string(o.type),
                 to_string(o.op), o.root, o.iters, o.warmup, o.check ? 1 : 0, o.registered ? ", buffers from mem_alloc" : "");
     std::printf("# %10s %12s %8s %6s %6s  %9s %7s %7s %6s  %9s %7s %7s %6s\n", "", "", "", "", "", "out-of-place", "", "",
                 "", "in-place", "", "", "");
@@ -275,10 +378,12 @@ int run_rank(const Options& o) {
     for (int in_place = 0; in_place < 2; ++in_place) {
       for (int i = 0; i < o.warmup; ++i)
         if (Status s = b.run(in_place); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+      if (Status s = b.sync(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
       if (Status s = c.barrier(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
       auto t0 = Clock::now();
       for (int i = 0; i < o.iters; ++i)
         if (Status s = b.run(in_place); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+      if (Status s = b.sync(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
       double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
       if (Status s = c.all_reduce(&t, &us[in_place], 1, DataType::kFloat64, ReduceOp::kMax); !s.ok()) return 1;
       if (o.check) {
@@ -300,7 +405,8 @@ int run_rank(const Options& o) {
       for (int k = 0; k < 2; ++k) {
         double algbw = size_b / us[k] / 1e3;
         std::string algo = "p2p";
-        if (auto kind = b.op_kind(); kind)
+        if (o.gpus > 0) algo = "device_ring";
+        else if (auto kind = b.op_kind(); kind)
           algo = to_string(c.algorithm_for(*kind, kind == OpKind::kReduceScatter ? rc : sc, o.type, k == 1).algorithm);
         json_rows += detail::cat(json_rows.empty() ? "" : ",\n", "    {\"size\": ", shown * eb, ", \"count\": ", shown,
                                  ", \"in_place\": ", k ? "true" : "false", ", \"time_us\": ", us[k], ", \"algbw\": ",
@@ -332,7 +438,7 @@ int run_rank(const Options& o) {
                    "\"op\": \"%s\", \"root\": %d, \"iters\": %d, \"transport\": \"%s\", "
                    "\"staging_bytes_per_rank\": %llu,\n  \"results\": [\n%s\n  ]\n}\n",
                    o.coll.c_str(), c.size(), to_string(o.type), to_string(o.op), o.root, o.iters,
-                   c.transport_to((c.rank() + 1) % c.size()), static_cast<unsigned long long>(staging_max),
+                   b.path_to_next(), static_cast<unsigned long long>(staging_max),
                    json_rows.c_str());
       std::fclose(f);
     }
@@ -340,10 +446,31 @@ int run_rank(const Options& o) {
   return total_wrong ? 1 : 0;
 }
 
+int run_rank(const Options& o) {
+  auto comm = Communicator::from_env();
+  if (!comm.ok()) {
+    std::fprintf(stderr, "dcomm-bench: %s\n", comm.status().message().c_str());
+    return 1;
+  }
+  return run_rank(o, **comm);
+}
+
+// -t: every rank a thread of this process.
+int run_threads(const Options& o) {
+  auto comms = Communicator::create_local(o.threads);
+  if (!comms.ok()) return std::fprintf(stderr, "dcomm-bench: %s\n", comms.status().message().c_str()), 1;
+  std::vector<int> codes(comms->size(), 0);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < comms->size(); ++r) threads.emplace_back([&, r] { codes[r] = run_rank(o, *(*comms)[r]); });
+  for (auto& t : threads) t.join();
+  return *std::max_element(codes.begin(), codes.end());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
+  if (o.threads > 0) return run_threads(o);
   if (detect_launch().ok()) return run_rank(o);
   // Not launched by anyone: become the launcher of -N local ranks.
   std::vector<std::string> args(argv, argv + argc);
