@@ -352,6 +352,9 @@ int run_rank(const Options& o, Communicator& c) {
       std::fprintf(stderr, "dcomm-bench: rank %d: %s\n", c.rank(), s.message().c_str());
       return 1;
     }
+  // Ranks sharing a GPU: no allocation while another's kernels wait for this rank (an
+  // allocation may wait for the whole GPU).
+  if (Status s = c.barrier(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
   if (c.rank() == 0) {
     std::printf("# dcomm-bench %s: %d ranks (%d on this host, next rank via %s), %s %s, root %d, iters %d, warmup %d, "
                 "check %d%s\n#\n",

@@ -6,6 +6,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -32,12 +33,18 @@ bool same_value(const T& a, const T& b) {
   else return std::isnan(static_cast<double>(static_cast<float>(a))) && std::isnan(static_cast<double>(static_cast<float>(b)));
 }
 
+// Device memory seen as T. Ranks sharing a GPU allocate before any of them starts collectives
+// (then a host barrier) and free after: cudaFree waits for the whole GPU, and an allocation may
+// too, where other ranks' kernels may be waiting for this rank's next call.
 template <class T>
 struct DeviceBuf {
   T* p = nullptr;
-  size_t n = 0;
-  explicit DeviceBuf(size_t count) : n(count) { CUDA_OK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T) + 64)); }
-  ~DeviceBuf() { cudaFree(p); }
+  bool owned = true;
+  explicit DeviceBuf(size_t count) { CUDA_OK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T) + 64)); }
+  explicit DeviceBuf(void* borrowed) : p(static_cast<T*>(borrowed)), owned(false) {}
+  ~DeviceBuf() {
+    if (owned) cudaFree(p);
+  }
   void put(const std::vector<T>& v) { CUDA_OK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice)); }
   std::vector<T> get(size_t count) const {
     std::vector<T> v(count);
@@ -49,14 +56,15 @@ struct DeviceBuf {
 // Every collective of one type on one rank, in and out of place, checked exactly. Returns the
 // number of failed checks; failures go to `log`.
 template <class T>
-int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size_t>& counts, cudaStream_t s,
-                       std::string& log) {
+int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size_t>& counts, void* buf_a, void* buf_b,
+                       cudaStream_t s, std::string& log) {
   const int n = d.size(), r = d.rank();
   const size_t un = static_cast<size_t>(n);
   int bad = 0;
   auto fail = [&](const std::string& what) {
     if (bad++ < 10) log += what + "\n";
   };
+  DeviceBuf<T> a(buf_a), b(buf_b);  // each room for the largest count x ranks of 8-byte types
   auto call = [&](const std::string& what, Status st) {
     if (!st.ok()) fail(what + ": " + st.message());
     if (cudaStreamSynchronize(s) != cudaSuccess) fail(what + ": stream failed");
@@ -70,7 +78,6 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
         std::vector<T> in(count * un);
         for (size_t i = 0; i < in.size(); ++i) in[i] = from_int<T>(input_value(t, op, r, i));
         // all_reduce
-        DeviceBuf<T> a(count * un), b(count * un);
         a.put(in);
         if (call("all_reduce " + tag, d.all_reduce(a.p, in_place ? a.p : b.p, count, t, op, s))) {
           auto got = (in_place ? a : b).get(count);
@@ -164,6 +171,8 @@ int device_matrix(Communicator& host, int device, std::string& log, bool quick =
   const auto& cfg = (*d)->config();
   const size_t big = static_cast<size_t>(cfg.slot_bytes) * static_cast<size_t>(cfg.channels) * 3 / 4 + 7;
   std::vector<size_t> counts = quick ? std::vector<size_t>{1, big} : std::vector<size_t>{0, 1, 13, big};
+  DeviceBuf<uint64_t> a(big * host.size()), b(big * host.size());
+  if (!host.barrier().ok()) return 1;
   int bad = 0;
   for (int t = 0; t < kNumDataTypes; ++t) {
     const auto type = static_cast<DataType>(t);
@@ -171,7 +180,7 @@ int device_matrix(Communicator& host, int device, std::string& log, bool quick =
         type != DataType::kInt64)
       continue;
     bad += dispatch_type(type, [&]<class T>() {
-      return device_collectives<T>(**d, static_cast<DataType>(t), counts, s, log);
+      return device_collectives<T>(**d, static_cast<DataType>(t), counts, a.p, b.p, s, log);
     });
   }
   cudaStreamDestroy(s);
@@ -298,6 +307,7 @@ TEST_CASE("a group: all-to-all as sends and receives to every rank, itself inclu
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(r * 100000 + static_cast<int>(i));
     DeviceBuf<int32_t> a(per * n), b(per * n);
     a.put(in);
+    if (!d.host().barrier().ok()) return false;
     d.group_start();
     for (int p = 0; p < n; ++p) {
       d.send(a.p + static_cast<size_t>(p) * per, per, DataType::kInt32, p, s).ignore();
@@ -318,6 +328,7 @@ TEST_CASE("an all_reduce captured into a CUDA graph gives fresh results on every
   on_device_ranks(2, [&](DeviceCommunicator& d, cudaStream_t s, int r) {
     const size_t count = 10007;
     DeviceBuf<float> a(count), b(count);
+    if (!d.host().barrier().ok()) return false;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
@@ -359,14 +370,11 @@ TEST_CASE("a kernel waiting for a rank that never comes ends on abort() and on t
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     DeviceBuf<float> a(1 << 20);
     REQUIRE(devs[0]->all_reduce(a.p, a.p, 1 << 20, DataType::kFloat32, ReduceOp::kSum, s).ok());  // rank 1 never calls
-    auto t0 = std::chrono::steady_clock::now();
     if (use_abort) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       devs[0]->abort("the test gives up");
     }
-    CUDA_OK(cudaStreamSynchronize(s));  // returns: the kernel gave up
-    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    CHECK(waited < 30);
+    CUDA_OK(cudaStreamSynchronize(s));  // returns: the kernel gave up (else ctest's timeout ends the test)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the watchdog reads the kernel's report
     Status e = devs[0]->error();
     CHECK_FALSE(e.ok());

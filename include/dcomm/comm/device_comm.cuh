@@ -138,6 +138,7 @@ class DeviceCommunicator {
 
   int rank() const { return host_.rank(); }
   int size() const { return host_.size(); }
+  Communicator& host() const { return host_; }
   int device() const { return device_; }
   const DeviceConfig& config() const { return cfg_; }
   // "device", "host" (pinned host memory), "staged" (another host) or "self": how this rank reaches r.
@@ -406,6 +407,7 @@ class DeviceCommunicator {
         const int code = __atomic_load_n(&control_->error.code, __ATOMIC_ACQUIRE);
         if (code && !reported_) {
           reported_ = true;
+          __atomic_thread_fence(__ATOMIC_ACQUIRE);
           const DeviceError e = control_->error;
           Status s = make_error(e.code == DeviceStatus::kTimeout ? ErrorCode::kTimeout : ErrorCode::kAborted,
                                 "a kernel on rank ", rank(), " (CUDA device ", device_, ", channel ", e.channel, ") ",
@@ -508,6 +510,12 @@ class DeviceCommunicator {
       });
       DCOMM_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), detail::cat("launching a collective kernel on rank ", rank())));
     }
+    int to_self = 0;  // sends to this rank minus receives from it: the copy needs both
+    for (int i = 0; i < p2p.nitems; ++i)
+      if (p2p.items[i].peer == rank()) to_self += p2p.items[i].is_send ? 1 : -1;
+    if (to_self != 0)
+      return invalid_argument("send/recv on rank ", rank(), ": a send to this rank and its receive must be in one group (",
+                              to_self > 0 ? "a send has no receive" : "a receive has no send", ")");
     if (p2p.nitems) {
       // A lane's blocks must all be resident with the peers' (a send waits for their
       // receives): few per lane, the same number on every rank.

@@ -121,16 +121,20 @@ DCOMM_HOST_DEVICE inline DeviceStatus wait_counter(const uint64_t* counter, uint
     }
     if (s.ok()) continue;
     if (ctl.error) {
-      // The first failure is the one reported; later ones (other blocks) keep it.
+      // Plain stores, no atomics: the record is in mapped host memory, where GPUs may lack
+      // atomics. The fields first, then the code; blocks failing together may mix their
+      // fields, and any one of their reports is true.
+      volatile DeviceError* e = ctl.error;
+      if (e->code == 0) {
+        e->peer = peer;
+        e->channel = ctl.channel;
+        e->waiting_for_data = for_data ? 1 : 0;
 #if defined(__CUDA_ARCH__)
-      if (atomicCAS(&ctl.error->code, 0, s.code) == 0) {
+        __threadfence_system();
 #else
-      int expected = 0;
-      if (__atomic_compare_exchange_n(&ctl.error->code, &expected, s.code, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        __atomic_thread_fence(__ATOMIC_RELEASE);
 #endif
-        ctl.error->peer = peer;
-        ctl.error->channel = ctl.channel;
-        ctl.error->waiting_for_data = for_data ? 1 : 0;
+        e->code = s.code;
       }
     }
     return s;
