@@ -99,6 +99,9 @@ for c in reduce_scatter all_gather broadcast send_recv; do
   timeout 60 "$BUILD/bench/dcomm-bench" $c -t 2 -g 1 -b 64M -e 64M -n 10 -w 3 -c 1 >"$OUT/${c}_2.log" 2>&1
 done
 
+# Tuning data: 2 ranks at 256 MiB with 1024 threads a block (the default is 512).
+DCOMM_CUDA_THREADS=1024 timeout 60 "$BUILD/bench/dcomm-bench" all_reduce -t 2 -g 1 -b 256M -e 256M -n 20 -w 5 -c 1 \
+  >"$OUT/all_reduce_2_t1024.log" 2>&1
 # A processes run too (CUDA IPC; without MPS the two contexts take turns on the GPU).
 timeout 60 "$BUILD/bench/dcomm-bench" all_reduce -N 2 -g 1 -b 64M -e 64M -n 5 -w 2 -c 1 >"$OUT/all_reduce_2_procs.log" 2>&1
 
@@ -110,13 +113,13 @@ print("\n== dcomm GPU check ==")
 print(f"tests: exit {rc} ({'pass' if rc == 0 else 'FAIL'}); {cases.replace('[doctest] ', '')}; {asserts.replace('[doctest] ', '')}")
 try:
     k = json.load(open(os.path.join(out, "kernels.json")))["benchmarks"]
-    copy = {b["name"].split("/")[1]: b["bytes_per_second"] for b in k if b["name"].startswith("BM_DeviceMemcpy/")}
+    copy = {b["name"].split("/")[-2]: b["bytes_per_second"] for b in k if b["name"].startswith("BM_DeviceMemcpy/")}
     print(f"{'kernel (read+written)':28} {'4 MiB GB/s':>11} {'256 MiB GB/s':>13} {'vs copy @256M':>14}")
     rows = {}
     for b in k:
         if "error_occurred" in b and b["error_occurred"]:
             continue
-        name, size = b["name"].rsplit("/", 2)[0], b["name"].split("/")[1]
+        name, size = b["name"].rsplit("/", 2)[0], b["name"].split("/")[-2]  # BM_x[/case]/bytes/manual_time
         name = name.replace("BM_ReduceKernel/", "reduce ").replace("BM_", "")
         rows.setdefault(name, {})[size] = b["bytes_per_second"] / 1e9
     for name, v in rows.items():
@@ -133,10 +136,10 @@ for n in (2, 4):
         print(f"all_reduce {n} ranks on one GPU, busbw GB/s (out of place): {', '.join(cells)}; #wrong {wrong}")
     except Exception as e:
         print(f"all_reduce {n} ranks: no results ({e})")
-for c, f in [(c, f"{c}_2.log") for c in ("reduce_scatter", "all_gather", "broadcast", "send_recv")] + [("all_reduce (2 processes)", "all_reduce_2_procs.log")]:
+for c, f in [(c, f"{c}_2.log") for c in ("reduce_scatter", "all_gather", "broadcast", "send_recv")] + [("all_reduce (2 processes)", "all_reduce_2_procs.log"), ("all_reduce (1024 threads)", "all_reduce_2_t1024.log")]:
     try:
         line = [l for l in open(os.path.join(out, f)) if re.match(r"^\s+\d+\s", l)][-1].split()
-        print(f"{c} 2 ranks 64 MiB: {line[5]} us, busbw {line[7]} GB/s, #wrong {line[8]}")
+        print(f"{c} 2 ranks {int(line[0]) >> 20} MiB: {line[5]} us, busbw {line[7]} GB/s, #wrong {line[8]}")
     except Exception as e:
         print(f"{c}: no results")
 EOF

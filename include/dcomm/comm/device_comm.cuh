@@ -42,10 +42,15 @@
 
 DCOMM_NAMESPACE_BEGIN
 
+namespace detail {
+// Up to 1024 threads a block (DCOMM_CUDA_THREADS): the bound keeps registers within what that needs.
+constexpr int kMaxThreads = 1024;
+}  // namespace detail
+
 // Sizes of the device path (environment: DCOMM_CUDA_CHANNELS, DCOMM_CUDA_P2P_CHANNELS,
 // DCOMM_CUDA_THREADS, DCOMM_CUDA_SLOTS, DCOMM_CUDA_SLOT_BYTES, DCOMM_CUDA_P2P_DISABLE).
 struct DeviceConfig {
-  int channels = 16;               // blocks per collective, each its own ring
+  int channels = 0;                // blocks per collective, each its own ring; 0: by the GPUs
   int p2p_channels = 2;            // blocks per peer and direction in a send/recv group
   int threads = 512;               // threads per block
   uint32_t nslots = 4;             // slots per FIFO
@@ -54,14 +59,14 @@ struct DeviceConfig {
 
   static Result<DeviceConfig> from_env() {
     DeviceConfig c;
-    auto ch = env_size("DCOMM_CUDA_CHANNELS", c.channels, 1, 64);
+    auto ch = env_size("DCOMM_CUDA_CHANNELS", c.channels, 0, 64);
     auto pc = env_size("DCOMM_CUDA_P2P_CHANNELS", c.p2p_channels, 1, 64);
-    auto th = env_size("DCOMM_CUDA_THREADS", c.threads, 32, 1024);
+    auto th = env_size("DCOMM_CUDA_THREADS", c.threads, 32, detail::kMaxThreads);
     auto sl = env_size("DCOMM_CUDA_SLOTS", c.nslots, 2, 64);
     auto sb = env_size("DCOMM_CUDA_SLOT_BYTES", c.slot_bytes, 1024, 64u << 20);
     for (const Status& s : {ch.status(), pc.status(), th.status(), sl.status(), sb.status()}) DCOMM_RETURN_IF_ERROR(s);
     c.channels = static_cast<int>(*ch);
-    c.p2p_channels = static_cast<int>(std::min(*pc, *ch));  // they use the first channels' FIFOs
+    c.p2p_channels = static_cast<int>(*pc);
     c.threads = static_cast<int>(*th) / 32 * 32;
     c.nslots = static_cast<uint32_t>(*sl);
     c.slot_bytes = static_cast<uint32_t>(*sb) / 16 * 16;
@@ -72,10 +77,10 @@ struct DeviceConfig {
 
 namespace detail {
 template <class T>
-__global__ void coll_kernel(DeviceCollWork w) {
+__global__ void __launch_bounds__(kMaxThreads) coll_kernel(DeviceCollWork w) {
   run_coll_channel<BlockTeam, T>(BlockTeam{}, w, static_cast<int>(blockIdx.x));
 }
-__global__ void p2p_kernel(DeviceP2pWork w) { run_p2p_block(BlockTeam{}, w, static_cast<int>(blockIdx.x)); }
+__global__ void __launch_bounds__(kMaxThreads) p2p_kernel(DeviceP2pWork w) { run_p2p_block(BlockTeam{}, w, static_cast<int>(blockIdx.x)); }
 
 // The arena's layout: for peer p and channel c, the FIFO from p (slots, then its posted
 // counter), the freed counter of the FIFO to p, and this rank's step counters.
@@ -94,6 +99,7 @@ struct ArenaLayout {
 struct DeviceFacts {
   char bus_id[32] = {};
   int device = -1;
+  int sms = 0;  // multiprocessors of the GPU
   int host_arena = 0;
   cudaIpcMemHandle_t ipc{};
   uint64_t device_arena = 0;  // pointer value, for ranks of the same process
@@ -243,8 +249,10 @@ class DeviceCommunicator {
     detail::DeviceFacts mine;
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, device_), "cudaDeviceGetPCIBusId"));
     mine.device = device_;
+    DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&mine.sms, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute"));
     std::vector<detail::DeviceFacts> facts(usize());
     DCOMM_RETURN_IF_ERROR(host_.all_gather(&mine, facts.data(), sizeof mine, DataType::kUint8));
+    choose_channels(facts);
     pair_host_.assign(usize(), 0);
     bool any_host = false;
     for (int r = 0; r < n; ++r) {
@@ -358,6 +366,22 @@ class DeviceCommunicator {
     // Nobody writes into a peer's FIFO before every rank has mapped and zeroed its own.
     DCOMM_RETURN_IF_ERROR(host_.barrier());
     return start_watchdog();
+  }
+
+  // Unless DCOMM_CUDA_CHANNELS says: enough blocks to fill the GPU's multiprocessors among the
+  // ranks sharing it (a kernel's blocks per channel each stream through one SM), at most 32:
+  // the fewest over all GPUs, so every rank computes the same number (the FIFO layout).
+  void choose_channels(const std::vector<detail::DeviceFacts>& facts) {
+    if (cfg_.channels == 0) {
+      int fewest = 32;
+      for (const auto& f : facts) {
+        int sharing = 0;
+        for (const auto& g : facts) sharing += std::strcmp(f.bus_id, g.bus_id) == 0;
+        fewest = std::min(fewest, std::max(1, f.sms / std::max(1, sharing)));
+      }
+      cfg_.channels = fewest;
+    }
+    cfg_.p2p_channels = std::min(cfg_.p2p_channels, cfg_.channels);  // they use the first channels' FIFOs
   }
 
   Status device_alloc(void** p, size_t bytes) {
