@@ -26,6 +26,9 @@
 #include "dcomm/reduce/functors.hpp"
 #include "dcomm/reduce/packs.hpp"
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 700
+#error "dcomm's device path needs sm_70 or newer (acquire/release loads and stores, __nanosleep)"
+#endif
 #if !defined(__CUDA_ARCH__)
 #include <chrono>
 #include <thread>
