@@ -5,12 +5,9 @@
 #pragma once
 
 #include <algorithm>
-#include <cstring>
 
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/core/config.hpp"
-#include "dcomm/core/status.hpp"
-#include "dcomm/prims/primitives.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 

@@ -14,13 +14,9 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <utility>
 
 #include "dcomm/core/config.hpp"
-#include "dcomm/core/status.hpp"
-#include "dcomm/prims/primitives.hpp"
-#include "dcomm/reduce/copy.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 

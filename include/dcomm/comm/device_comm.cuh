@@ -98,7 +98,6 @@ struct ArenaLayout {
 // What ranks swap at set-up.
 struct DeviceFacts {
   char bus_id[32] = {};
-  int device = -1;
   int sms = 0;  // multiprocessors of the GPU
   int host_arena = 0;
   cudaIpcMemHandle_t ipc{};
@@ -248,7 +247,6 @@ class DeviceCommunicator {
     // 1. Which GPU each rank has, and so which pairs go through host memory.
     detail::DeviceFacts mine;
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, device_), "cudaDeviceGetPCIBusId"));
-    mine.device = device_;
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&mine.sms, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute"));
     std::vector<detail::DeviceFacts> facts(usize());
     DCOMM_RETURN_IF_ERROR(host_.all_gather(&mine, facts.data(), sizeof mine, DataType::kUint8));
@@ -546,7 +544,6 @@ class DeviceCommunicator {
       p2p.channels = cfg_.p2p_channels;
       p2p.conn_channels = cfg_.channels;
       p2p.rank = rank();
-      p2p.ranks = size();
       p2p.send_conns = send_conns_;
       p2p.recv_conns = recv_conns_;
       p2p.ctl = ctl_;

@@ -97,7 +97,6 @@ struct DeviceP2pWork {
   int channels = 1;       // blocks per lane: the same on every rank (each item's split must match)
   int conn_channels = 1;  // the connection tables' channels per peer (their stride)
   int rank = 0;
-  int ranks = 1;
   const DeviceConn* send_conns = nullptr;  // [peer][channel]
   const DeviceConn* recv_conns = nullptr;  // [peer][channel]
   DeviceControl ctl;

@@ -64,13 +64,10 @@ struct Float8Format {
   DCOMM_HOST_DEVICE static float to_float(uint8_t b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     uint32_t h2;  // exact: every fp8 value is a half value
-    uint16_t in = b, h;
+    uint16_t in = b;
     if (kExp == 4) asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(in));
     else asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(in));
-    h = static_cast<uint16_t>(h2 & 0xffffu);
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
+    return float16::to_float(static_cast<uint16_t>(h2 & 0xffffu));
 #else
     return to_float_soft(b);
 #endif
@@ -89,23 +86,13 @@ struct Float8Format {
   }
 };
 
-template <class Format>
-struct Float8Storage {
-  uint8_t bits = 0;
-
-  Float8Storage() = default;
-  DCOMM_HOST_DEVICE explicit Float8Storage(float f) : bits(Format::from_float(f)) {}
-  DCOMM_HOST_DEVICE explicit operator float() const { return Format::to_float(bits); }
-};
 }  // namespace detail
 
-struct float8_e4m3 : detail::Float8Storage<detail::Float8Format<4, 3, 0x7e, 0x7f, false>> {
-  using Float8Storage::Float8Storage;
-  using Format = detail::Float8Format<4, 3, 0x7e, 0x7f, false>;
+struct float8_e4m3 : detail::FloatStorage<detail::Float8Format<4, 3, 0x7e, 0x7f, false>, uint8_t> {
+  using FloatStorage::FloatStorage;
 };
-struct float8_e5m2 : detail::Float8Storage<detail::Float8Format<5, 2, 0x7b, 0x7e, true>> {
-  using Float8Storage::Float8Storage;
-  using Format = detail::Float8Format<5, 2, 0x7b, 0x7e, true>;
+struct float8_e5m2 : detail::FloatStorage<detail::Float8Format<5, 2, 0x7b, 0x7e, true>, uint8_t> {
+  using FloatStorage::FloatStorage;
 };
 
 DCOMM_NAMESPACE_END

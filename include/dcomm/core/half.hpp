@@ -32,24 +32,21 @@ DCOMM_HOST_DEVICE inline uint32_t shift_round_even(uint32_t value, int shift) {
   return kept;
 }
 
-// The storage and conversions both 16-bit float types share; Format supplies the encoding.
-template <class Format>
-struct Float16Storage {
-  uint16_t bits = 0;
+// The storage of the narrow float types (float16, bfloat16, the fp8 types): `Bits` holds the
+// encoding, F (the Format) converts it to and from float.
+template <class F, class Bits>
+struct FloatStorage {
+  using Format = F;
+  Bits bits = 0;
 
-  Float16Storage() = default;
-  DCOMM_HOST_DEVICE explicit Float16Storage(float f) : bits(Format::from_float(f)) {}
-  DCOMM_HOST_DEVICE explicit operator float() const { return Format::to_float(bits); }
-  DCOMM_HOST_DEVICE static Format from_bits(uint16_t b) {
-    Format h;
-    h.bits = b;
-    return h;
-  }
+  FloatStorage() = default;
+  DCOMM_HOST_DEVICE explicit FloatStorage(float f) : bits(F::from_float(f)) {}
+  DCOMM_HOST_DEVICE explicit operator float() const { return F::to_float(bits); }
 };
 }  // namespace detail
 
-struct float16 : detail::Float16Storage<float16> {
-  using Float16Storage::Float16Storage;
+struct float16 : detail::FloatStorage<float16, uint16_t> {
+  using FloatStorage::FloatStorage;
 
   DCOMM_HOST_DEVICE static uint16_t from_float(float f) {
 #if defined(__CUDA_ARCH__)
@@ -107,8 +104,8 @@ struct float16 : detail::Float16Storage<float16> {
   }
 };
 
-struct bfloat16 : detail::Float16Storage<bfloat16> {
-  using Float16Storage::Float16Storage;
+struct bfloat16 : detail::FloatStorage<bfloat16, uint16_t> {
+  using FloatStorage::FloatStorage;
 
   DCOMM_HOST_DEVICE static uint16_t from_float(float f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -211,15 +211,10 @@ class DevicePrims {
 
  private:
   DCOMM_HOST_DEVICE void reduce(void* dst, void* dst2, const void* a, const void* b, size_t count, int divide_by) {
-    auto d = static_cast<T*>(dst), d2 = static_cast<T*>(dst2);
-    auto x = static_cast<const T*>(a), y = static_cast<const T*>(b);
-    switch (op_) {
-      case ReduceOp::kProd: return team_reduce<T, ProdOp>(team_, d, d2, x, y, count, divide_by);
-      case ReduceOp::kMin: return team_reduce<T, MinOp>(team_, d, d2, x, y, count, divide_by);
-      case ReduceOp::kMax: return team_reduce<T, MaxOp>(team_, d, d2, x, y, count, divide_by);
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg: return team_reduce<T, SumOp>(team_, d, d2, x, y, count, divide_by);
-    }
+    dispatch_op(op_, [&]<class Op>() {
+      team_reduce<T, Op>(team_, static_cast<T*>(dst), static_cast<T*>(dst2), static_cast<const T*>(a),
+                         static_cast<const T*>(b), count, divide_by);
+    });
   }
   // One thread waits; the team learns the outcome through a team-wide vote.
   DCOMM_HOST_DEVICE DeviceStatus team_wait(const uint64_t* counter, uint64_t want, int peer, bool for_data) {

@@ -96,7 +96,7 @@ struct OpFunctor<ReduceOp::kMax> {
 // Calls f.template operator()<Functor>() with the functor of `op` (kAvg: SumOp; the caller
 // divides); the one op switch of the device path, as dispatch_type is the one type switch.
 template <class F>
-decltype(auto) dispatch_op(ReduceOp op, F&& f) {
+DCOMM_HOST_DEVICE decltype(auto) dispatch_op(ReduceOp op, F&& f) {
   switch (op) {
     case ReduceOp::kProd: return f.template operator()<ProdOp>();
     case ReduceOp::kMin: return f.template operator()<MinOp>();
