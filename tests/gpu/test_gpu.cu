@@ -25,14 +25,6 @@ using namespace dcomm_test;
 namespace {
 #define CUDA_OK(expr) REQUIRE_MESSAGE((expr) == cudaSuccess, #expr, ": ", cudaGetErrorString(cudaGetLastError()))
 
-// Equal bits, or both NaN (the device's conversions may give another NaN payload).
-template <class T>
-bool same_value(const T& a, const T& b) {
-  if (same_bits(a, b)) return true;
-  if constexpr (std::is_integral_v<T>) return false;
-  else return std::isnan(static_cast<double>(static_cast<float>(a))) && std::isnan(static_cast<double>(static_cast<float>(b)));
-}
-
 // Device memory seen as T. Ranks sharing a GPU allocate before any of them starts collectives
 // (then a host barrier) and free after: cudaFree waits for the whole GPU, and an allocation may
 // too, where other ranks' kernels may be waiting for this rank's next call.
@@ -159,73 +151,61 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
 
 // The full matrix on one rank: every type. Counts: 0, 1, a prime, and one spanning several
 // rounds of every channel's slots (the environment sets small slots). `quick`: four types and
-// two counts, for processes, whose CUDA contexts take turns on a shared GPU (no MPS).
-int device_matrix(Communicator& host, int device, std::string& log, bool quick = false) {
-  auto d = DeviceCommunicator::create(host, device);
-  if (!d.ok()) {
-    log += d.status().message() + "\n";
-    return 1;
-  }
-  cudaStream_t s;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return 1;
-  const auto& cfg = (*d)->config();
+// two counts, for processes, whose CUDA contexts take turns on a shared GPU (no MPS). Returns
+// what failed ("" when nothing did).
+std::string device_matrix(DeviceCommunicator& d, cudaStream_t s, bool quick = false) {
+  const auto& cfg = d.config();
   const size_t big = static_cast<size_t>(cfg.slot_bytes) * static_cast<size_t>(cfg.channels) * 3 / 4 + 7;
   std::vector<size_t> counts = quick ? std::vector<size_t>{1, big} : std::vector<size_t>{0, 1, 13, big};
-  DeviceBuf<uint64_t> a(big * host.size()), b(big * host.size());
-  if (!host.barrier().ok()) return 1;
+  DeviceBuf<uint64_t> a(big * static_cast<size_t>(d.size())), b(big * static_cast<size_t>(d.size()));
+  if (!d.host().barrier().ok()) return "host barrier failed";
+  std::string log;
   int bad = 0;
   for (int t = 0; t < kNumDataTypes; ++t) {
     const auto type = static_cast<DataType>(t);
     if (quick && type != DataType::kFloat32 && type != DataType::kBfloat16 && type != DataType::kFloat8E5M2 &&
         type != DataType::kInt64)
       continue;
-    bad += dispatch_type(type, [&]<class T>() {
-      return device_collectives<T>(**d, static_cast<DataType>(t), counts, a.p, b.p, s, log);
-    });
+    bad += dispatch_type(type, [&]<class T>() { return device_collectives<T>(d, type, counts, a.p, b.p, s, log); });
   }
+  return bad ? detail::cat(bad, " failures\n", log) : std::string();
+}
+
+// The device communicator of one rank on GPU 0 and a stream; f returns what failed ("" when
+// nothing did), or the set-up's error.
+template <class F>
+std::string with_device(Communicator& c, F f) {
+  cudaSetDevice(0);
+  auto d = DeviceCommunicator::create(c, 0);
+  if (!d.ok()) return d.status().message();
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return "cudaStreamCreate failed";
+  std::string failed = f(**d, s, c.rank());
   cudaStreamDestroy(s);
-  return bad;
+  return failed;
 }
 
-void run_threads(int n) {
-  auto comms = Communicator::create_local(n, test_config());
-  REQUIRE(comms.ok());
-  std::vector<std::string> logs(static_cast<size_t>(n));
-  std::vector<int> bad(static_cast<size_t>(n), 0);
-  on_ranks(*comms, [&](Communicator& c) {
-    cudaSetDevice(0);
-    bad[static_cast<size_t>(c.rank())] = device_matrix(c, 0, logs[static_cast<size_t>(c.rank())]);
-  });
-  for (int r = 0; r < n; ++r) CHECK_MESSAGE(bad[static_cast<size_t>(r)] == 0, "rank ", r, ":\n", logs[static_cast<size_t>(r)]);
-}
-
-// n threads as ranks on GPU 0, each with its device communicator and a stream; f returns
-// whether the rank's checks passed.
+// n threads as ranks, each with_device(f).
 template <class F>
 void on_device_ranks(int n, F f) {
   auto comms = Communicator::create_local(n, test_config());
   REQUIRE(comms.ok());
-  std::vector<int> ok(static_cast<size_t>(n), 0);
-  std::vector<std::string> why(static_cast<size_t>(n));
-  on_ranks(*comms, [&](Communicator& c) {
-    cudaSetDevice(0);
-    auto d = DeviceCommunicator::create(c, 0);
-    if (!d.ok()) {
-      why[static_cast<size_t>(c.rank())] = d.status().message();
-      return;
-    }
-    cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    ok[static_cast<size_t>(c.rank())] = f(**d, s, c.rank());
-    cudaStreamDestroy(s);
-  });
-  for (int r = 0; r < n; ++r) CHECK_MESSAGE(ok[static_cast<size_t>(r)], "rank ", r, " ", why[static_cast<size_t>(r)]);
+  std::vector<std::string> failed(static_cast<size_t>(n));
+  on_ranks(*comms, [&](Communicator& c) { failed[static_cast<size_t>(c.rank())] = with_device(c, f); });
+  for (int r = 0; r < n; ++r) CHECK_MESSAGE(failed[static_cast<size_t>(r)].empty(), "rank ", r, ": ", failed[static_cast<size_t>(r)]);
 }
 
+void run_threads(int n) {
+  on_device_ranks(n, [](DeviceCommunicator& d, cudaStream_t s, int) { return device_matrix(d, s); });
+}
+
+// Small FIFOs: every test count spans several slots of every channel.
+const std::vector<std::string> kSmallSlots = {"DCOMM_CUDA_SLOT_BYTES=4096", "DCOMM_CUDA_CHANNELS=3", "DCOMM_CUDA_SLOTS=2"};
 void small_slots() {
-  setenv("DCOMM_CUDA_SLOT_BYTES", "4096", 1);
-  setenv("DCOMM_CUDA_CHANNELS", "3", 1);
-  setenv("DCOMM_CUDA_SLOTS", "2", 1);
+  for (const auto& kv : kSmallSlots) {
+    const size_t eq = kv.find('=');
+    setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
+  }
 }
 }  // namespace
 
@@ -290,7 +270,11 @@ TEST_CASE("collectives on device memory: processes sharing one GPU through CUDA 
   for (int n : {2, 3}) {
     CAPTURE(n);
     auto procs = spawn_local_ranks({"/proc/self/exe", "--gpu-worker"}, n,
-                                   {"DCOMM_CUDA_SLOT_BYTES=4096", "DCOMM_CUDA_CHANNELS=3", "DCOMM_CUDA_SLOTS=2", "DCOMM_TIMEOUT_MS=60000"});
+                                   [] {
+      auto env = kSmallSlots;
+      env.push_back("DCOMM_TIMEOUT_MS=60000");
+      return env;
+    }());
     REQUIRE(procs.ok());
     Status s = wait_local_ranks(*procs, std::chrono::minutes(5));
     CHECK_MESSAGE(s.ok(), s.message());
@@ -302,12 +286,12 @@ TEST_CASE("a group: all-to-all as sends and receives to every rank, itself inclu
   small_slots();
   const int n = 3;
   const size_t per = 1000;
-  on_device_ranks(n, [&](DeviceCommunicator& d, cudaStream_t s, int r) {
+  on_device_ranks(n, [&](DeviceCommunicator& d, cudaStream_t s, int r) -> std::string {
     std::vector<int32_t> in(per * n);
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(r * 100000 + static_cast<int>(i));
     DeviceBuf<int32_t> a(per * n), b(per * n);
     a.put(in);
-    if (!d.host().barrier().ok()) return false;
+    if (!d.host().barrier().ok()) return "host barrier failed";
     d.group_start();
     for (int p = 0; p < n; ++p) {
       d.send(a.p + static_cast<size_t>(p) * per, per, DataType::kInt32, p, s).ignore();
@@ -319,22 +303,22 @@ TEST_CASE("a group: all-to-all as sends and receives to every rank, itself inclu
       for (size_t i = 0; i < per; ++i)
         good = good && out[static_cast<size_t>(p) * per + i] ==
                            static_cast<int32_t>(p * 100000 + static_cast<int>(static_cast<size_t>(r) * per + i));
-    return good;
+    return good ? "" : "wrong data";
   });
 }
 
 TEST_CASE("an all_reduce captured into a CUDA graph gives fresh results on every replay") {
   small_slots();
-  on_device_ranks(2, [&](DeviceCommunicator& d, cudaStream_t s, int r) {
+  on_device_ranks(2, [&](DeviceCommunicator& d, cudaStream_t s, int r) -> std::string {
     const size_t count = 10007;
     DeviceBuf<float> a(count), b(count);
-    if (!d.host().barrier().ok()) return false;
+    if (!d.host().barrier().ok()) return "host barrier failed";
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
     Status st = d.all_reduce(a.p, b.p, count, DataType::kFloat32, ReduceOp::kSum, s);
-    if (cudaStreamEndCapture(s, &graph) != cudaSuccess || !st.ok()) return false;
-    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return false;
+    if (cudaStreamEndCapture(s, &graph) != cudaSuccess || !st.ok()) return "capture failed: " + st.message();
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return "cudaGraphInstantiate failed";
     bool good = true;
     for (int replay = 0; replay < 3; ++replay) {
       std::vector<float> in(count);
@@ -348,7 +332,7 @@ TEST_CASE("an all_reduce captured into a CUDA graph gives fresh results on every
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    return good;
+    return good ? "" : "wrong data";
   });
 }
 
@@ -421,11 +405,9 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--gpu-worker") {  // one rank of the processes test
     auto c = Communicator::from_env();
     if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().message().c_str()), 2;
-    cudaSetDevice(0);
-    std::string log;
-    int bad = device_matrix(**c, 0, log, /*quick=*/true);
-    if (bad) std::fprintf(stderr, "rank %d: %d failures\n%s", (*c)->rank(), bad, log.c_str());
-    return bad ? 1 : 0;
+    std::string failed = with_device(**c, [](DeviceCommunicator& d, cudaStream_t s, int) { return device_matrix(d, s, true); });
+    if (!failed.empty()) std::fprintf(stderr, "rank %d: %s\n", (*c)->rank(), failed.c_str());
+    return failed.empty() ? 0 : 1;
   }
   doctest::Context ctx(argc, argv);
   return ctx.run();

@@ -179,7 +179,6 @@ TEST_CASE("device p2p on host threads: a group of sends and receives both ways, 
     w.channels = channels;
     w.conn_channels = channels;
     w.rank = r;
-    w.ranks = n;
     w.send_conns = sends[static_cast<size_t>(r)].data();
     w.recv_conns = recvs[static_cast<size_t>(r)].data();
     for (int p = 0; p < n; ++p)

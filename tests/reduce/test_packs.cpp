@@ -10,21 +10,18 @@
 #include <dcomm/reduce/host_reducer.hpp>
 #include <dcomm/reduce/packs.hpp>
 
+#include "support/values.hpp"
+
 using namespace dcomm;
 
 namespace {
 struct Offsets {
   int a, b, d;
 };
-// Equal bits, or both NaN: a NaN's payload depends on the operand order the compiler picked
-// for a commutative add, on the host as on the device.
 template <class T>
 bool same_values(const T* x, const T* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    if (std::memcmp(x + i, y + i, sizeof(T)) == 0) continue;
-    if constexpr (std::is_integral_v<T>) return false;
-    else if (!(std::isnan(static_cast<float>(x[i])) && std::isnan(static_cast<float>(y[i])))) return false;
-  }
+  for (size_t i = 0; i < n; ++i)
+    if (!dcomm_test::same_value(x[i], y[i])) return false;
   return true;
 }
 template <class T, class Op>

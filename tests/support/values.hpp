@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -37,6 +38,16 @@ T from_int(int64_t v) {
 template <class T>
 bool same_bits(const T& a, const T& b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// Equal bits, or both NaN: for results of arbitrary bit patterns, where a NaN's payload
+// depends on operand order (the compiler may swap a commutative add) or on the hardware's
+// conversions.
+template <class T>
+bool same_value(const T& a, const T& b) {
+  if (same_bits(a, b)) return true;
+  if constexpr (std::is_integral_v<T>) return false;
+  else return std::isnan(static_cast<double>(static_cast<float>(a))) && std::isnan(static_cast<double>(static_cast<float>(b)));
 }
 
 // The reduction of input_value over all ranks at index i, as T.
