@@ -144,7 +144,9 @@ class Buffer {
     if (device) {
       DCOMM_RETURN_IF_ERROR(cuda_status(cudaMalloc(reinterpret_cast<void**>(&data_), bytes), "cudaMalloc"));
       device_ = true;
-      return cuda_status(cudaMemset(data_, 1, bytes), "cudaMemset");
+      // cudaMemset may return before it is done, and is not ordered with non-blocking streams.
+      DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemset(data_, 1, bytes), "cudaMemset"));
+      return cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     }
 #endif
     (void)device;
@@ -161,18 +163,22 @@ class Buffer {
     return {};
   }
   char* data() const { return data_; }
-  // Copies between this buffer (at `at`) and host memory, whichever memory it is.
-  void put(char* at, const void* from, size_t bytes) const {
+  // Copies between this buffer (at `at`) and host memory, whichever memory it is. Device
+  // copies go on the stream the collectives use and are waited for (a pageable cudaMemcpy
+  // may return before the data lands, and is not ordered with a non-blocking stream).
+  Status put(char* at, const void* from, size_t bytes, [[maybe_unused]] void* stream) const {
 #if DCOMM_HAS_CUDA
-    if (device_) return (void)cudaMemcpy(at, from, bytes, cudaMemcpyHostToDevice);
+    if (device_) return device_copy(at, from, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));
 #endif
     std::memcpy(at, from, bytes);
+    return {};
   }
-  void get(void* to, const char* at, size_t bytes) const {
+  Status get(void* to, const char* at, size_t bytes, [[maybe_unused]] void* stream) const {
 #if DCOMM_HAS_CUDA
-    if (device_) return (void)cudaMemcpy(to, at, bytes, cudaMemcpyDeviceToHost);
+    if (device_) return device_copy(to, at, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream));
 #endif
     std::memcpy(to, at, bytes);
+    return {};
   }
 
  private:
@@ -180,6 +186,12 @@ class Buffer {
   char* data_ = nullptr;
   bool registered_ = false;
   bool device_ = false;
+#if DCOMM_HAS_CUDA
+  static Status device_copy(void* to, const void* from, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+    DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(to, from, bytes, kind, stream), "cudaMemcpyAsync"));
+    return cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+#endif
 };
 
 // The collective of one iteration. count: elements of the size column's buffer.
@@ -232,6 +244,22 @@ struct Bench {
     }
   }
 
+  void* stream_ptr() const {
+#if DCOMM_HAS_CUDA
+    return stream;
+#else
+    return nullptr;
+#endif
+  }
+  // The device path's settings, for the JSON ("" on host memory).
+  std::string device_settings() const {
+#if DCOMM_HAS_CUDA
+    if (dev)
+      return detail::cat(dev->config().channels, " channels x ", dev->config().threads, " threads, ", dev->config().nslots,
+                         " slots x ", dev->config().slot_bytes >> 10, " KiB");
+#endif
+    return "";
+  }
   // Waits for what run() enqueued (device calls); host calls are done when they return.
   Status sync() {
 #if DCOMM_HAS_CUDA
@@ -308,12 +336,12 @@ struct Bench {
     return dispatch_type(o.type, [&]<class T>() -> Result<int64_t> {
       std::vector<T> in(sc), out;
       for (size_t i = 0; i < sc; ++i) in[i] = from_int<T>(input_value(o.type, o.op, r, i));
-      send.put(static_cast<char*>(in_ptr(in_place)), in.data(), sc * sizeof(T));
+      DCOMM_RETURN_IF_ERROR(send.put(static_cast<char*>(in_ptr(in_place)), in.data(), sc * sizeof(T), stream_ptr()));
       Status s = run(in_place);
       if (s.ok()) s = sync();
       if (!s.ok()) return s;
       out.resize(rc);
-      recv.get(out.data(), static_cast<const char*>(out_ptr(in_place)), rc * sizeof(T));
+      DCOMM_RETURN_IF_ERROR(recv.get(out.data(), static_cast<const char*>(out_ptr(in_place)), rc * sizeof(T), stream_ptr()));
       size_t un = static_cast<size_t>(n());
       int64_t wrong = 0;
       auto expect = [&](size_t i) -> T {
@@ -439,9 +467,9 @@ int run_rank(const Options& o, Communicator& c) {
       std::fprintf(f,
                    "{\n  \"tool\": \"dcomm-bench\", \"collective\": \"%s\", \"ranks\": %d, \"type\": \"%s\", "
                    "\"op\": \"%s\", \"root\": %d, \"iters\": %d, \"transport\": \"%s\", "
-                   "\"staging_bytes_per_rank\": %llu,\n  \"results\": [\n%s\n  ]\n}\n",
+                   "\"staging_bytes_per_rank\": %llu, \"device\": \"%s\",\n  \"results\": [\n%s\n  ]\n}\n",
                    o.coll.c_str(), c.size(), to_string(o.type), to_string(o.op), o.root, o.iters,
-                   b.path_to_next(), static_cast<unsigned long long>(staging_max),
+                   b.path_to_next(), static_cast<unsigned long long>(staging_max), b.device_settings().c_str(),
                    json_rows.c_str());
       std::fclose(f);
     }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -23,11 +24,44 @@ using namespace dcomm;
 using namespace dcomm_test;
 
 namespace {
-#define CUDA_OK(expr) REQUIRE_MESSAGE((expr) == cudaSuccess, #expr, ": ", cudaGetErrorString(cudaGetLastError()))
+// CUDA failures: on the test's own thread a doctest failure (which throws); on a rank's thread
+// collected and reported with the rank's result, since an exception out of a std::thread
+// would end the whole test binary.
+thread_local std::vector<std::string>* t_cuda_failures = nullptr;
+bool cuda_ok(cudaError_t e, const char* expr, const char* file, int line) {
+  if (e == cudaSuccess) return true;
+  cudaGetLastError();
+  const std::string what = detail::cat(expr, " (", file, ":", line, "): ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+  if (t_cuda_failures) {
+    t_cuda_failures->push_back(what);
+    return false;
+  }
+  FAIL(what);
+  return false;
+}
+#define CUDA_OK(expr) cuda_ok((expr), #expr, __FILE__, __LINE__)
+
+// For the life of a rank thread's scope: CUDA failures are collected here.
+struct CudaFailures {
+  std::vector<std::string> list;
+  CudaFailures() { t_cuda_failures = &list; }
+  ~CudaFailures() { t_cuda_failures = nullptr; }
+  CudaFailures(const CudaFailures&) = delete;
+  CudaFailures& operator=(const CudaFailures&) = delete;
+  std::string text() const {
+    std::string out;
+    for (const auto& f : list) out += f + "\n";
+    return out;
+  }
+};
 
 // Device memory seen as T. Ranks sharing a GPU allocate before any of them starts collectives
 // (then a host barrier) and free after: cudaFree waits for the whole GPU, and an allocation may
 // too, where other ranks' kernels may be waiting for this rank's next call.
+//
+// Copies are ordered on the stream the collectives use and waited for: a plain cudaMemcpy from
+// pageable memory may return before the data reaches the device, and it is not ordered with a
+// non-blocking stream, so the next kernel could read the old contents.
 template <class T>
 struct DeviceBuf {
   T* p = nullptr;
@@ -37,10 +71,16 @@ struct DeviceBuf {
   ~DeviceBuf() {
     if (owned) cudaFree(p);
   }
-  void put(const std::vector<T>& v) { CUDA_OK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice)); }
-  std::vector<T> get(size_t count) const {
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  void put(const std::vector<T>& v, cudaStream_t s, size_t at = 0) const {
+    if (CUDA_OK(cudaMemcpyAsync(p + at, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s)))
+      CUDA_OK(cudaStreamSynchronize(s));
+  }
+  std::vector<T> get(size_t count, cudaStream_t s, size_t at = 0) const {
     std::vector<T> v(count);
-    CUDA_OK(cudaMemcpy(v.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
+    if (CUDA_OK(cudaMemcpyAsync(v.data(), p + at, count * sizeof(T), cudaMemcpyDeviceToHost, s)))
+      CUDA_OK(cudaStreamSynchronize(s));
     return v;
   }
 };
@@ -70,9 +110,9 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
         std::vector<T> in(count * un);
         for (size_t i = 0; i < in.size(); ++i) in[i] = from_int<T>(input_value(t, op, r, i));
         // all_reduce
-        a.put(in);
+        a.put(in, s);
         if (call("all_reduce " + tag, d.all_reduce(a.p, in_place ? a.p : b.p, count, t, op, s))) {
-          auto got = (in_place ? a : b).get(count);
+          auto got = (in_place ? a : b).get(count, s);
           for (size_t i = 0; i < count; ++i)
             if (!same_value(got[i], expected_reduction<T>(t, op, n, i))) {
               fail(detail::cat("all_reduce ", tag, ": element ", i));
@@ -80,11 +120,10 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
             }
         }
         // reduce_scatter
-        a.put(in);
+        a.put(in, s);
         T* rs_out = in_place ? a.p + static_cast<size_t>(r) * count : b.p;
         if (call("reduce_scatter " + tag, d.reduce_scatter(a.p, rs_out, count, t, op, s))) {
-          std::vector<T> got(count);
-          CUDA_OK(cudaMemcpy(got.data(), rs_out, count * sizeof(T), cudaMemcpyDeviceToHost));
+          auto got = (in_place ? a : b).get(count, s, in_place ? static_cast<size_t>(r) * count : 0);
           for (size_t i = 0; i < count; ++i)
             if (!same_value(got[i], expected_reduction<T>(t, op, n, static_cast<size_t>(r) * count + i))) {
               fail(detail::cat("reduce_scatter ", tag, ": element ", i));
@@ -93,9 +132,9 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
         }
         // reduce to a root that moves with the count
         const int root = static_cast<int>((count + static_cast<size_t>(o)) % un);
-        a.put(in);
+        a.put(in, s);
         if (call("reduce " + tag, d.reduce(a.p, in_place ? a.p : b.p, count, t, op, root, s)) && r == root) {
-          auto got = (in_place ? a : b).get(count);
+          auto got = (in_place ? a : b).get(count, s);
           for (size_t i = 0; i < count; ++i)
             if (!same_value(got[i], expected_reduction<T>(t, op, n, i))) {
               fail(detail::cat("reduce ", tag, " root ", root, ": element ", i));
@@ -106,14 +145,14 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
         // all_gather
         std::vector<T> mine(count);
         for (size_t i = 0; i < count; ++i) mine[i] = from_int<T>(input_value(t, ReduceOp::kSum, r, i));
-        a.put(mine);
+        a.put(mine, s);
         T* ag_in = a.p;
         if (in_place) {
-          CUDA_OK(cudaMemcpy(b.p + static_cast<size_t>(r) * count, mine.data(), count * sizeof(T), cudaMemcpyHostToDevice));
+          b.put(mine, s, static_cast<size_t>(r) * count);
           ag_in = b.p + static_cast<size_t>(r) * count;
         }
         if (call("all_gather " + tag, d.all_gather(ag_in, b.p, count, t, s))) {
-          auto got = b.get(count * un);
+          auto got = b.get(count * un, s);
           for (size_t i = 0; i < count * un; ++i)
             if (!same_value(got[i], from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(i / count), i % count)))) {
               fail(detail::cat("all_gather ", tag, ": element ", i));
@@ -121,9 +160,9 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
             }
         }
         // broadcast
-        a.put(in);
+        a.put(in, s);
         if (call("broadcast " + tag, d.broadcast(a.p, in_place ? a.p : b.p, count, t, root, s))) {
-          auto got = (in_place ? a : b).get(count);
+          auto got = (in_place ? a : b).get(count, s);
           for (size_t i = 0; i < count; ++i)
             if (!same_value(got[i], from_int<T>(input_value(t, ReduceOp::kSum, root, i)))) {
               fail(detail::cat("broadcast ", tag, " root ", root, ": element ", i));
@@ -131,13 +170,13 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
             }
         }
         // send/recv around the ring, as one group
-        a.put(mine);
+        a.put(mine, s);
         d.group_start();
         Status st1 = d.send(a.p, count, t, (r + 1) % n, s);
         Status st2 = d.recv(b.p, count, t, (r + n - 1) % n, s);
         Status st3 = d.group_end();
         if (call("send/recv " + tag, st1.ok() ? (st2.ok() ? st3 : st2) : st1)) {
-          auto got = b.get(count);
+          auto got = b.get(count, s);
           for (size_t i = 0; i < count; ++i)
             if (!same_value(got[i], from_int<T>(input_value(t, ReduceOp::kSum, (r + n - 1) % n, i)))) {
               fail(detail::cat("send/recv ", tag, ": element ", i));
@@ -174,15 +213,15 @@ std::string device_matrix(DeviceCommunicator& d, cudaStream_t s, bool quick = fa
 // The device communicator of one rank on GPU 0 and a stream; f returns what failed ("" when
 // nothing did), or the set-up's error.
 template <class F>
-std::string with_device(Communicator& c, F f) {
-  cudaSetDevice(0);
-  auto d = DeviceCommunicator::create(c, 0);
+std::string with_device(Communicator& c, F f, std::optional<DeviceConfig> cfg = std::nullopt) {
+  CudaFailures cuda;
+  auto d = cfg ? DeviceCommunicator::create(c, 0, *cfg) : DeviceCommunicator::create(c, 0);
   if (!d.ok()) return d.status().message();
   cudaStream_t s;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return "cudaStreamCreate failed";
+  if (!CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))) return cuda.text();
   std::string failed = f(**d, s, c.rank());
   cudaStreamDestroy(s);
-  return failed;
+  return failed + cuda.text();
 }
 
 // n threads as ranks, each with_device(f).
@@ -231,13 +270,11 @@ TEST_CASE("reduction kernels: the host reducer's bits, every type and op, any al
             ref.reduce(want.data(), a.data() + oa, b.data() + ob, n);
             ref.finalize(want.data(), n);
             DeviceBuf<T> da(n + pad), db(n + pad), dd(n + pad), dd2(n + pad);
-            da.put(a);
-            db.put(b);
+            da.put(a, s);
+            db.put(b, s);
             REQUIRE(reduce_on_device(dd.p + oa, dd2.p, da.p + oa, db.p + ob, n, type, op, 3, s).ok());
             CUDA_OK(cudaDeviceSynchronize());
-            std::vector<T> got(n), got2(n);
-            CUDA_OK(cudaMemcpy(got.data(), dd.p + oa, n * sizeof(T), cudaMemcpyDeviceToHost));
-            CUDA_OK(cudaMemcpy(got2.data(), dd2.p, n * sizeof(T), cudaMemcpyDeviceToHost));
+            const std::vector<T> got = dd.get(n, s, oa), got2 = dd2.get(n, s);
             for (size_t i = 0; i < n; ++i) {
               REQUIRE_MESSAGE(same_value(got[i], want[i]), to_string(type), " ", to_string(op), " n ", n, " offset ", off, " at ", i);
               REQUIRE(same_value(got2[i], want[i]));
@@ -266,19 +303,59 @@ TEST_CASE("collectives through pinned host memory (DCOMM_CUDA_P2P_DISABLE=1)") {
   unsetenv("DCOMM_CUDA_P2P_DISABLE");
 }
 
-TEST_CASE("collectives on device memory: processes sharing one GPU through CUDA IPC") {
-  for (int n : {2, 3}) {
-    CAPTURE(n);
-    auto procs = spawn_local_ranks({"/proc/self/exe", "--gpu-worker"}, n,
-                                   [] {
-      auto env = kSmallSlots;
-      env.push_back("DCOMM_TIMEOUT_MS=60000");
-      return env;
-    }());
-    REQUIRE(procs.ok());
-    Status s = wait_local_ranks(*procs, std::chrono::minutes(5));
-    CHECK_MESSAGE(s.ok(), s.message());
-    for (size_t r = 0; r < procs->exit_codes.size(); ++r) CHECK_MESSAGE(procs->exit_codes[r] == 0, "rank ", r);
+TEST_CASE("channels are bounded by what the GPU holds at once: 64 asked, 4 ranks, 512 threads a block") {
+  // Every block of every rank's ring must be resident together; 64 x 4 blocks of 512 threads
+  // (one a multiprocessor: the kernels use up to 128 registers a thread) are not, and without
+  // the bound the rings would wait on each other until the deadline.
+  DeviceConfig cfg = *DeviceConfig::from_env();
+  cfg.channels = 64;
+  cfg.threads = 512;
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const size_t count = 8u << 20;
+  auto comms = Communicator::create_local(4, test_config());
+  REQUIRE(comms.ok());
+  std::vector<std::string> failed(4);
+  std::vector<int> channels(4, 0);
+  on_ranks(*comms, [&](Communicator& c) {
+    failed[static_cast<size_t>(c.rank())] = with_device(c, [&](DeviceCommunicator& d, cudaStream_t s, int r) -> std::string {
+      channels[static_cast<size_t>(r)] = d.config().channels;
+      DeviceBuf<float> a(count);
+      a.put(std::vector<float>(count, static_cast<float>(r + 1)), s);
+      if (!d.host().barrier().ok()) return "host barrier failed";
+      Status st = d.all_reduce(a.p, a.p, count, DataType::kFloat32, ReduceOp::kSum, s);
+      if (!st.ok()) return st.message();
+      if (cudaStreamSynchronize(s) != cudaSuccess || !d.error().ok()) return "the all_reduce failed: " + d.error().message();
+      auto got = a.get(count, s);
+      for (size_t i = 0; i < count; i += 4099)
+        if (got[i] != 10.0f) return detail::cat("element ", i, " is ", got[i]);
+      return "";
+    }, cfg);
+  });
+  for (int r = 0; r < 4; ++r) {
+    CHECK_MESSAGE(failed[static_cast<size_t>(r)].empty(), "rank ", r, ": ", failed[static_cast<size_t>(r)]);
+    CHECK(channels[static_cast<size_t>(r)] == channels[0]);
+  }
+  MESSAGE("channels for 4 ranks at 512 threads on ", sms, " multiprocessors: ", channels[0]);
+  CHECK(channels[0] * 4 <= sms);
+}
+
+TEST_CASE("a pair where one rank disables peer access talks through host memory on both ends") {
+  small_slots();
+  auto comms = Communicator::create_local(2, test_config());
+  REQUIRE(comms.ok());
+  std::vector<std::string> failed(2), paths(2);
+  on_ranks(*comms, [&](Communicator& c) {
+    DeviceConfig cfg = *DeviceConfig::from_env();
+    cfg.p2p_disable = c.rank() == 1;  // only rank 1 asks for host memory
+    failed[static_cast<size_t>(c.rank())] = with_device(c, [&](DeviceCommunicator& d, cudaStream_t s, int r) -> std::string {
+      paths[static_cast<size_t>(r)] = d.path_to(1 - r);
+      return device_matrix(d, s, true);
+    }, cfg);
+  });
+  for (int r = 0; r < 2; ++r) {
+    CHECK_MESSAGE(failed[static_cast<size_t>(r)].empty(), "rank ", r, ": ", failed[static_cast<size_t>(r)]);
+    CHECK(paths[static_cast<size_t>(r)] == "host");
   }
 }
 
@@ -290,7 +367,7 @@ TEST_CASE("a group: all-to-all as sends and receives to every rank, itself inclu
     std::vector<int32_t> in(per * n);
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(r * 100000 + static_cast<int>(i));
     DeviceBuf<int32_t> a(per * n), b(per * n);
-    a.put(in);
+    a.put(in, s);
     if (!d.host().barrier().ok()) return "host barrier failed";
     d.group_start();
     for (int p = 0; p < n; ++p) {
@@ -298,7 +375,7 @@ TEST_CASE("a group: all-to-all as sends and receives to every rank, itself inclu
       d.recv(b.p + static_cast<size_t>(p) * per, per, DataType::kInt32, p, s).ignore();
     }
     bool good = d.group_end().ok() && cudaStreamSynchronize(s) == cudaSuccess;
-    auto out = b.get(per * n);
+    auto out = b.get(per * n, s);
     for (int p = 0; p < n && good; ++p)
       for (size_t i = 0; i < per; ++i)
         good = good && out[static_cast<size_t>(p) * per + i] ==
@@ -323,10 +400,10 @@ TEST_CASE("an all_reduce captured into a CUDA graph gives fresh results on every
     for (int replay = 0; replay < 3; ++replay) {
       std::vector<float> in(count);
       for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((r + 1) * (replay + 1)) + static_cast<float>(i % 7);
-      a.put(in);
+      a.put(in, s);
       cudaGraphLaunch(exec, s);
       cudaStreamSynchronize(s);
-      auto got = b.get(count);
+      auto got = b.get(count, s);
       for (size_t i = 0; i < count; ++i)
         good = good && got[i] == static_cast<float>(3 * (replay + 1)) + 2.0f * static_cast<float>(i % 7);
     }
@@ -394,7 +471,29 @@ TEST_CASE("bad arguments are refused before anything is enqueued, naming the cal
   CHECK((*d)->group_end().code() == ErrorCode::kInvalidArgument);
 }
 
+// Last: processes on one GPU take turns (no MPS), the slowest case.
+TEST_CASE("collectives on device memory: processes sharing one GPU through CUDA IPC") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    auto procs = spawn_local_ranks({"/proc/self/exe", "--gpu-worker"}, n,
+                                   [] {
+      auto env = kSmallSlots;
+      env.push_back("DCOMM_TIMEOUT_MS=60000");
+      return env;
+    }());
+    REQUIRE(procs.ok());
+    Status s = wait_local_ranks(*procs, std::chrono::seconds(150));
+    CHECK_MESSAGE(s.ok(), s.message());
+    for (size_t r = 0; r < procs->exit_codes.size(); ++r) CHECK_MESSAGE(procs->exit_codes[r] == 0, "rank ", r);
+  }
+}
+
 int main(int argc, char** argv) {
+  // Listing needs no device (scripts/gpu-check.sh lists the cases to run each on its own,
+  // and checks that the binary starts at all).
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]).rfind("--list-test-cases", 0) == 0 || std::string(argv[i]) == "-ltc")
+      return doctest::Context(argc, argv).run();
   int devices = 0;
   cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {

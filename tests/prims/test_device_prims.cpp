@@ -255,3 +255,26 @@ TEST_CASE("device waits end on the abort flag and on the deadline, naming the pe
   CHECK(err.code == DeviceStatus::kAborted);
   CHECK(err.peer == 1);
 }
+
+TEST_CASE("a device wait with no deadline polls past the poll counter's wrap and still sees the abort flag") {
+  uint64_t counter = 0;
+  volatile int abort_flag = 0;
+  DeviceError err;
+  DeviceControl ctl;
+  ctl.abort = &abort_flag;
+  ctl.error = &err;
+  ctl.timeout_ns = 0;  // no deadline: the count runs as long as the wait does
+  std::thread raiser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    abort_flag = 1;
+  });
+  // Starting 1000 polls before the wrap: the count wraps during the wait (a signed counter
+  // would overflow there), and the abort still ends it.
+  DeviceStatus s = detail::wait_counter(&counter, 1, ctl, 3, true, UINT32_MAX - 1000);
+  raiser.join();
+  CHECK(s.code == DeviceStatus::kAborted);
+  CHECK(err.peer == 3);
+  // And data that arrives ends it with success, wrap or not.
+  counter = 5;
+  CHECK(detail::wait_counter(&counter, 5, ctl, 3, true, UINT32_MAX).ok());
+}

@@ -12,6 +12,9 @@
 // otherwise (or with DCOMM_CUDA_P2P_DISABLE=1). Ranks on other hosts: every call is staged
 // through pinned host memory and the host communicator (a host function on the stream).
 //
+// A set-up that fails on one rank aborts the host communicator, so the others, which may be
+// waiting in set-up's exchanges, fail at once with its reason.
+//
 // Failure: device waits poll an abort flag in mapped host memory and give up at the deadline
 // (DCOMM_TIMEOUT_MS), recording the peer; a watchdog thread raises the flag when the host
 // communicator aborts (a dead peer, abort() on any rank) and aborts the host communicator
@@ -35,6 +38,7 @@
 #include <vector>
 
 #include "dcomm/comm/communicator.hpp"
+#include "dcomm/comm/device_plan.hpp"
 #include "dcomm/comm/device_work.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
@@ -43,8 +47,30 @@
 DCOMM_NAMESPACE_BEGIN
 
 namespace detail {
-// Up to 1024 threads a block (DCOMM_CUDA_THREADS): the bound keeps registers within what that needs.
-constexpr int kMaxThreads = 1024;
+// Up to 512 threads a block (DCOMM_CUDA_THREADS). The bound gives the kernels up to 128
+// registers a thread, which they use without spilling (at 1024 threads, 64 registers, the
+// reduction loops spilled); one block fills a multiprocessor's registers, so channels, not
+// threads, scale a collective across the GPU.
+constexpr int kMaxThreads = 512;
+
+// Makes `device` current for a scope and restores the caller's: a call on this communicator
+// must reach its own GPU whatever the calling thread had selected.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) cudaSetDevice(device);
+    else previous_ = -1;
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
 }  // namespace detail
 
 // Sizes of the device path (environment: DCOMM_CUDA_CHANNELS, DCOMM_CUDA_P2P_CHANNELS,
@@ -59,8 +85,8 @@ struct DeviceConfig {
 
   static Result<DeviceConfig> from_env() {
     DeviceConfig c;
-    auto ch = env_size("DCOMM_CUDA_CHANNELS", c.channels, 0, 64);
-    auto pc = env_size("DCOMM_CUDA_P2P_CHANNELS", c.p2p_channels, 1, 64);
+    auto ch = env_size("DCOMM_CUDA_CHANNELS", c.channels, 0, kMaxDeviceChannels);
+    auto pc = env_size("DCOMM_CUDA_P2P_CHANNELS", c.p2p_channels, 1, kMaxDeviceChannels);
     auto th = env_size("DCOMM_CUDA_THREADS", c.threads, 32, detail::kMaxThreads);
     auto sl = env_size("DCOMM_CUDA_SLOTS", c.nslots, 2, 64);
     auto sb = env_size("DCOMM_CUDA_SLOT_BYTES", c.slot_bytes, 1024, 64u << 20);
@@ -95,10 +121,8 @@ struct ArenaLayout {
   size_t bytes() const { return ranks * channels * (fifo_bytes + 2 * kLine + 16); }
 };
 
-// What ranks swap at set-up.
+// What ranks swap once the pair paths are agreed: where each arena is.
 struct DeviceFacts {
-  char bus_id[32] = {};
-  int sms = 0;  // multiprocessors of the GPU
   int host_arena = 0;
   cudaIpcMemHandle_t ipc{};
   uint64_t device_arena = 0;  // pointer value, for ranks of the same process
@@ -113,21 +137,36 @@ class DeviceCommunicator {
   static Result<std::unique_ptr<DeviceCommunicator>> create(Communicator& host, int device) {
     auto cfg = DeviceConfig::from_env();
     if (!cfg.ok()) return cfg.status();
-    std::unique_ptr<DeviceCommunicator> d(new DeviceCommunicator(host, device, *cfg));
+    return create(host, device, *cfg);
+  }
+  // With explicit settings instead of the environment's (the ranks' FIFO settings must match;
+  // channels and pair paths are agreed as with the environment's).
+  static Result<std::unique_ptr<DeviceCommunicator>> create(Communicator& host, int device, const DeviceConfig& cfg) {
+    std::unique_ptr<DeviceCommunicator> d(new DeviceCommunicator(host, device, cfg));
     Status s = d->set_up();
-    if (!s.ok()) return s.with_context(detail::cat("device communicator on rank ", host.rank(), " (CUDA device ", device, ")"));
+    if (!s.ok()) {
+      // The other ranks may be waiting in set-up's exchanges: they learn why at once.
+      s = s.with_context(detail::cat("device communicator on rank ", host.rank(), " (CUDA device ", device, ")"));
+      if (!host.aborted()) host.abort(s.message());
+      return s;
+    }
+    d->ready_ = true;
     return d;
   }
+  // Collective too, after every rank's calls: a rank frees its arenas only once every peer
+  // has closed its mappings of them (CUDA leaves freeing an allocation other processes still
+  // map undefined), so the ranks meet in between.
   ~DeviceCommunicator() {
     stop_ = true;
     if (watchdog_.joinable()) watchdog_.join();
-    cudaSetDevice(device_);
+    detail::DeviceGuard on(device_);
     cudaDeviceSynchronize();
     for (void* p : opened_ipc_) cudaIpcCloseMemHandle(p);
     for (auto& m : mapped_host_) {
       cudaHostUnregister(m.first);
       munmap(m.first, m.second);
     }
+    if (ready_ && !staged_only_ && size() > 1 && !host_.aborted()) host_.barrier().ignore();
     if (host_arena_) {
       cudaHostUnregister(host_arena_);
       munmap(host_arena_, layout_.bytes());
@@ -195,6 +234,7 @@ class DeviceCommunicator {
   Status group_end() {
     if (group_depth_ == 0) return invalid_argument("group_end on rank ", rank(), " without group_start");
     if (--group_depth_ > 0) return {};
+    detail::DeviceGuard on(device_);
     return flush();
   }
 
@@ -244,25 +284,50 @@ class DeviceCommunicator {
     ctl_.timeout_ns = static_cast<uint64_t>(host_.config().timeout.count()) * 1000000ull;
     DCOMM_RETURN_IF_ERROR(device_alloc(&barrier_buf_, 16));
 
-    // 1. Which GPU each rank has, and so which pairs go through host memory.
-    detail::DeviceFacts mine;
+    // 1. Which GPU each rank has, the channels and FIFO shape every rank uses, and which pairs
+    // go through host memory (comm/device_plan.hpp: the same answers on every rank).
+    DeviceRankFacts mine;
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, device_), "cudaDeviceGetPCIBusId"));
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&mine.sms, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute"));
-    std::vector<detail::DeviceFacts> facts(usize());
+    auto resident = resident_blocks_per_sm(cfg_.threads);
+    if (!resident.ok()) return resident.status();
+    mine.resident_per_sm = *resident;
+    mine.requested_channels = cfg_.channels;
+    mine.p2p_channels = cfg_.p2p_channels;
+    mine.nslots = cfg_.nslots;
+    mine.slot_bytes = cfg_.slot_bytes;
+    mine.threads = cfg_.threads;
+    std::vector<DeviceRankFacts> facts(usize());
     DCOMM_RETURN_IF_ERROR(host_.all_gather(&mine, facts.data(), sizeof mine, DataType::kUint8));
-    choose_channels(facts);
+    DCOMM_RETURN_IF_ERROR(check_device_shapes(facts, me));
+    std::string limited_by;
+    cfg_.channels = agree_device_channels(facts, &limited_by);
+    cfg_.p2p_channels = std::min(cfg_.p2p_channels, cfg_.channels);  // they use the first channels' FIFOs
+    DCOMM_LOG(kInfo, kSubsysInit, me, "device communicator on CUDA device ", device_, " (", mine.bus_id, ", ", mine.sms,
+              " multiprocessors, ", mine.resident_per_sm, " blocks of ", cfg_.threads, " threads each): ", cfg_.channels,
+              " channels (", limited_by, ")");
+    std::vector<uint8_t> wants_host(usize(), 0), all_wants(usize() * usize(), 0);
+    std::vector<int> peer_device(usize(), -1);
+    for (int r = 0; r < n; ++r) {
+      if (r == me || staged_only_) continue;
+      const auto& f = facts[static_cast<size_t>(r)];
+      const bool same_gpu = std::strcmp(f.bus_id, mine.bus_id) == 0;
+      int can = 0;
+      if (!same_gpu && cudaDeviceGetByPCIBusId(&peer_device[static_cast<size_t>(r)], f.bus_id) == cudaSuccess)
+        cudaDeviceCanAccessPeer(&can, device_, peer_device[static_cast<size_t>(r)]);
+      cudaGetLastError();
+      wants_host[static_cast<size_t>(r)] = cfg_.p2p_disable || (!same_gpu && !can);
+    }
+    DCOMM_RETURN_IF_ERROR(host_.all_gather(wants_host.data(), all_wants.data(), usize(), DataType::kUint8));
+    const std::vector<uint8_t> agreed = agree_pair_paths(all_wants, n);
     pair_host_.assign(usize(), 0);
     bool any_host = false;
     for (int r = 0; r < n; ++r) {
       if (r == me || staged_only_) continue;
-      const auto& f = facts[static_cast<size_t>(r)];
-      bool same_gpu = std::strcmp(f.bus_id, mine.bus_id) == 0;
-      int peer_dev = -1, can = 0;
-      if (!same_gpu && cudaDeviceGetByPCIBusId(&peer_dev, f.bus_id) == cudaSuccess)
-        cudaDeviceCanAccessPeer(&can, device_, peer_dev);
-      pair_host_[static_cast<size_t>(r)] = cfg_.p2p_disable || (!same_gpu && !can);
+      pair_host_[static_cast<size_t>(r)] = agreed[static_cast<size_t>(me * n + r)];
       any_host = any_host || pair_host_[static_cast<size_t>(r)];
-      if (!same_gpu && can && !cfg_.p2p_disable) {
+      const int peer_dev = peer_device[static_cast<size_t>(r)];
+      if (!pair_host_[static_cast<size_t>(r)] && peer_dev >= 0 && peer_dev != device_) {
         cudaError_t e = cudaDeviceEnablePeerAccess(peer_dev, 0);
         if (e != cudaErrorPeerAccessAlreadyEnabled) DCOMM_RETURN_IF_ERROR(cuda_status(e, "cudaDeviceEnablePeerAccess"));
         cudaGetLastError();
@@ -271,28 +336,30 @@ class DeviceCommunicator {
     if (staged_only_) return start_watchdog();
 
     // 2. Arenas: device memory always, pinned shared host memory when some pair needs it.
+    detail::DeviceFacts where;
+    std::vector<detail::DeviceFacts> arenas(usize());
     layout_ = {usize(), static_cast<size_t>(cfg_.channels), static_cast<size_t>(cfg_.nslots) * cfg_.slot_bytes};
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaMalloc(&device_arena_, layout_.bytes()), detail::cat("cudaMalloc of ", layout_.bytes(), " bytes of FIFOs")));
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemset(device_arena_, 0, layout_.bytes()), "cudaMemset"));
     bool other_process = false;  // CUDA IPC only where some peer needs it
     for (int r = 0; r < n; ++r) other_process = other_process || host_.peer(r).process_id != host_.peer(me).process_id;
     if (other_process)
-      DCOMM_RETURN_IF_ERROR(cuda_status(cudaIpcGetMemHandle(&mine.ipc, device_arena_), "cudaIpcGetMemHandle"));
-    mine.device_arena = reinterpret_cast<uintptr_t>(device_arena_);
+      DCOMM_RETURN_IF_ERROR(cuda_status(cudaIpcGetMemHandle(&where.ipc, device_arena_), "cudaIpcGetMemHandle"));
+    where.device_arena = reinterpret_cast<uintptr_t>(device_arena_);
     if (any_host) {
       shm_name_ = detail::cat("/dcomm-cuda-", getpid(), "-", me, "-", reinterpret_cast<uintptr_t>(this));
       DCOMM_RETURN_IF_ERROR(map_host_arena(shm_name_, true, &host_arena_));
-      std::snprintf(mine.shm_name, sizeof mine.shm_name, "%s", shm_name_.c_str());
-      mine.host_arena = 1;
-      mine.host_arena_ptr = reinterpret_cast<uintptr_t>(host_arena_);
+      std::snprintf(where.shm_name, sizeof where.shm_name, "%s", shm_name_.c_str());
+      where.host_arena = 1;
+      where.host_arena_ptr = reinterpret_cast<uintptr_t>(host_arena_);
     }
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
-    DCOMM_RETURN_IF_ERROR(host_.all_gather(&mine, facts.data(), sizeof mine, DataType::kUint8));
+    DCOMM_RETURN_IF_ERROR(host_.all_gather(&where, arenas.data(), sizeof where, DataType::kUint8));
 
     // 3. Map the peers' arenas; the device sees each pair's memory at these addresses.
     std::vector<char*> peer_dev(usize(), nullptr), peer_host(usize(), nullptr);
     for (int r = 0; r < n; ++r) {
-      const auto& f = facts[static_cast<size_t>(r)];
+      const auto& f = arenas[static_cast<size_t>(r)];
       const bool same_process = host_.peer(r).process_id == host_.peer(me).process_id;
       if (r == me) {
         peer_dev[static_cast<size_t>(r)] = static_cast<char*>(device_arena_);
@@ -366,20 +433,26 @@ class DeviceCommunicator {
     return start_watchdog();
   }
 
-  // Unless DCOMM_CUDA_CHANNELS says: enough blocks to fill the GPU's multiprocessors among the
-  // ranks sharing it (a kernel's blocks per channel each stream through one SM), at most 32:
-  // the fewest over all GPUs, so every rank computes the same number (the FIFO layout).
-  void choose_channels(const std::vector<detail::DeviceFacts>& facts) {
-    if (cfg_.channels == 0) {
-      int fewest = 32;
-      for (const auto& f : facts) {
-        int sharing = 0;
-        for (const auto& g : facts) sharing += std::strcmp(f.bus_id, g.bus_id) == 0;
-        fewest = std::min(fewest, std::max(1, f.sms / std::max(1, sharing)));
-      }
-      cfg_.channels = fewest;
-    }
-    cfg_.p2p_channels = std::min(cfg_.p2p_channels, cfg_.channels);  // they use the first channels' FIFOs
+  // Blocks of the collective kernels one multiprocessor holds at `threads` a block: the
+  // fewest over the types (their register use differs), and the send/recv kernel's.
+  Status occupancy_of(const void* kernel, int threads, int* fewest) const {
+    int blocks = 0;
+    DCOMM_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0),
+                                      "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+    *fewest = std::min(*fewest, blocks);
+    return {};
+  }
+  Result<int> resident_blocks_per_sm(int threads) const {
+    int fewest = 1 << 20;
+    for (int t = 0; t < kNumDataTypes; ++t)
+      DCOMM_RETURN_IF_ERROR(dispatch_type(static_cast<DataType>(t), [&]<class T>() {
+        return occupancy_of(reinterpret_cast<const void*>(&detail::coll_kernel<T>), threads, &fewest);
+      }));
+    DCOMM_RETURN_IF_ERROR(occupancy_of(reinterpret_cast<const void*>(&detail::p2p_kernel), threads, &fewest));
+    if (fewest < 1)
+      return make_error(ErrorCode::kOutOfResources, "no collective kernel of ", threads,
+                        " threads fits on one multiprocessor of CUDA device ", device_, " (lower DCOMM_CUDA_THREADS)");
+    return fewest;
   }
 
   Status device_alloc(void** p, size_t bytes) {
@@ -472,6 +545,7 @@ class DeviceCommunicator {
 
   Status coll(const char* op, DeviceCollKind kind, const void* send, void* recv, size_t count, size_t send_elems,
               size_t recv_elems, DataType type, ReduceOp rop, int root, cudaStream_t stream) {
+    detail::DeviceGuard on(device_);
     DCOMM_RETURN_IF_ERROR(precheck(op, type, rop, root));
     const size_t eb = size_of(type);
     DCOMM_RETURN_IF_ERROR(check_buffer(op, "the send buffer", send, send_elems * eb));
@@ -498,6 +572,7 @@ class DeviceCommunicator {
   }
 
   Status p2p(const char* op, void* buf, size_t count, DataType type, int peer, bool is_send, cudaStream_t stream) {
+    detail::DeviceGuard on(device_);
     DCOMM_RETURN_IF_ERROR(precheck(op, type, ReduceOp::kSum, peer));
     DCOMM_RETURN_IF_ERROR(check_buffer(op, "the buffer", buf, count * size_of(type)));
     DCOMM_RETURN_IF_ERROR(same_stream(op, stream));
@@ -639,6 +714,7 @@ class DeviceCommunicator {
   Status error_;
   std::atomic<bool> stop_{false};
   bool reported_ = false;
+  bool ready_ = false;  // set-up completed on this rank (the destructor meets the others)
   std::thread watchdog_;
 };
 

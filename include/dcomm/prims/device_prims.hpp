@@ -78,9 +78,11 @@ DCOMM_HOST_DEVICE inline uint64_t load_acquire(const uint64_t* p) {
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 #endif
 }
+// A release store at system scope is cumulative: it publishes every write that happens before
+// it, including the other threads' slot writes ordered before it by the team's barrier, so no
+// separate fence is needed (one would cost a full system fence per slot).
 DCOMM_HOST_DEVICE inline void store_release(uint64_t* p, uint64_t v) {
 #if defined(__CUDA_ARCH__)
-  __threadfence_system();
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 #else
   __atomic_store_n(p, v, __ATOMIC_RELEASE);
@@ -105,12 +107,14 @@ DCOMM_HOST_DEVICE inline void relax() {
 }
 
 // Polls until *counter >= want (the first thread of a team); kCheckEvery polls between looks
-// at the abort flag and the clock.
+// at the abort flag and the clock. The poll count is unsigned and wraps: a wait with no
+// deadline (timeout 0) may poll for ever, and keeps checking the abort flag. `first_poll`
+// lets the tests start the count near its wrap.
 DCOMM_HOST_DEVICE inline DeviceStatus wait_counter(const uint64_t* counter, uint64_t want, const DeviceControl& ctl,
-                                                   int peer, bool for_data) {
-  constexpr int kCheckEvery = 256;
+                                                   int peer, bool for_data, uint32_t first_poll = 0) {
+  constexpr uint32_t kCheckEvery = 256;
   uint64_t deadline = 0;
-  for (int polls = 0;; ++polls) {
+  for (uint32_t polls = first_poll;; ++polls) {
     if (load_acquire(counter) >= want) return {};
     if (polls % kCheckEvery != kCheckEvery - 1) {
       relax();

@@ -42,25 +42,36 @@ inline Status cuda_status(cudaError_t e, const std::string& what) {
 }
 
 namespace detail {
+constexpr int kElementwiseThreads = 512;
 template <class T, class Op>
-__global__ void reduce_kernel(T* dst, T* dst2, const T* a, const T* b, size_t n, int divide_by) {
+__global__ void __launch_bounds__(kElementwiseThreads, 2) reduce_kernel(T* dst, T* dst2, const T* a, const T* b, size_t n,
+                                                                     int divide_by) {
   team_reduce<T, Op>(GridTeam{}, dst, dst2, a, b, n, divide_by);
 }
-__global__ void copy_kernel(void* dst, void* dst2, const void* src, size_t bytes) {
+__global__ void __launch_bounds__(kElementwiseThreads, 2) copy_kernel(void* dst, void* dst2, const void* src, size_t bytes) {
   team_copy(GridTeam{}, dst, dst2, src, bytes);
 }
-constexpr int kElementwiseThreads = 512;
-// Enough blocks to fill the device (4 per SM), fewer for short ranges.
-inline unsigned elementwise_blocks(size_t bytes) {
-  static int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 80;
-    return n;
-  }();
-  size_t per_block = static_cast<size_t>(kElementwiseThreads) * kPackBytes * kUnroll;
-  size_t want = (bytes + per_block - 1) / per_block;
-  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(want, static_cast<size_t>(sms) * 4)));
+// Blocks of `kernel` resident at once on the current GPU (asked once per kernel: a process's
+// GPUs are taken to be of one kind).
+inline size_t resident_blocks(const void* kernel) {
+  int dev = 0, sms = 80, per_sm = 1;
+  if (cudaGetDevice(&dev) == cudaSuccess) {
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kElementwiseThreads, 0);
+  }
+  cudaGetLastError();
+  return static_cast<size_t>(std::max(1, sms)) * static_cast<size_t>(std::max(1, per_sm));
+}
+// The grid for an elementwise kernel over `bytes`, each thread moving `per_thread` bytes a
+// trip: no more blocks than are resident at once (the grid-stride loop does the rest, so
+// every block stays busy to the end and none waits for a free multiprocessor), fewer for
+// short ranges.
+template <auto Kernel>
+unsigned blocks_for(size_t bytes, size_t per_thread) {
+  static const size_t resident = resident_blocks(reinterpret_cast<const void*>(Kernel));
+  const size_t per_block = static_cast<size_t>(kElementwiseThreads) * per_thread;
+  const size_t want = (bytes + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::max<size_t>(1, std::min(want, resident)));
 }
 }  // namespace detail
 
@@ -71,9 +82,10 @@ inline Status reduce_on_device(void* dst, void* dst2, const void* a, const void*
   if (!is_valid(type) || !is_valid(op)) return invalid_argument("reduce_on_device: unknown data type or op");
   if (count == 0) return {};
   const int divide_by = op == ReduceOp::kAvg && ranks > 1 ? ranks : 0;
-  const unsigned blocks = detail::elementwise_blocks(count * size_of(type));
   dispatch_type(type, [&]<class T>() {
     return dispatch_op(op, [&]<class Op>() {
+      const unsigned blocks = detail::blocks_for<&detail::reduce_kernel<T, Op>>(
+          count * sizeof(T), detail::kPackBytes * detail::kReduceUnroll<T>);
       detail::reduce_kernel<T, Op><<<blocks, detail::kElementwiseThreads, 0, stream>>>(
           static_cast<T*>(dst), static_cast<T*>(dst2), static_cast<const T*>(a), static_cast<const T*>(b), count, divide_by);
       return 0;
@@ -85,7 +97,8 @@ inline Status reduce_on_device(void* dst, void* dst2, const void* a, const void*
 // dst = src (bytes), and dst2 the same when set.
 inline Status copy_on_device(void* dst, void* dst2, const void* src, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return {};
-  detail::copy_kernel<<<detail::elementwise_blocks(bytes), detail::kElementwiseThreads, 0, stream>>>(dst, dst2, src, bytes);
+  const unsigned blocks = detail::blocks_for<&detail::copy_kernel>(bytes, detail::kPackBytes * detail::kCopyUnroll);
+  detail::copy_kernel<<<blocks, detail::kElementwiseThreads, 0, stream>>>(dst, dst2, src, bytes);
   return cuda_status(cudaGetLastError(), "copy kernel");
 }
 

@@ -2,9 +2,9 @@
 // team of threads (a CUDA block, a whole grid, or one host thread) reduces or copies a range
 // in 16-byte packs, with the unaligned head and the short tail done element by element.
 //
-// Thread k of a team of size S takes packs k, k+S, k+2S, ... (kUnroll of them per trip, so a
-// thread has several 16-byte loads in flight), which keeps a warp's accesses contiguous. The
-// arithmetic is reduce/functors.hpp's combine() and divide(), the host path's, so the device
+// Thread k of a team of size S takes packs k, k+S, k+2S, ... (kCopyUnroll or kReduceUnroll of
+// them per trip, so a thread has several 16-byte loads in flight), which keeps a warp's
+// accesses contiguous. The arithmetic is reduce/functors.hpp's combine() and divide(), the host path's, so the device
 // gives the host's bits; tests/reduce/test_packs.cpp checks that on the CPU, team by team.
 //
 // On the device every load goes through L2 (ld.global.cg): a FIFO slot another GPU or process
@@ -14,8 +14,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/float8.hpp"
 #include "dcomm/reduce/functors.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -33,7 +35,12 @@ struct SerialTeam {
 
 namespace detail {
 constexpr size_t kPackBytes = 16;
-constexpr int kUnroll = 4;  // packs in flight per thread (copies; 2 for 8-bit reductions)
+// Packs in flight per thread. A copy holds one pack a load (8: a block of 512 threads keeps
+// 64 KB in flight); a reduction holds two (its inputs), so 4 (2 for 8-bit types, whose packs
+// hold 16 elements and expand to 16 floats) keeps it within 64 registers a thread.
+constexpr int kCopyUnroll = 8;
+template <class T>
+inline constexpr int kReduceUnroll = sizeof(T) == 1 ? 2 : 4;
 
 template <size_t N>
 struct UintOf;
@@ -107,6 +114,68 @@ DCOMM_HOST_DEVICE inline T reduce_elem(T a, T b, int divide_by) {
   T r = combine<T, Op>(a, b);
   return divide_by > 0 ? divide<T>(r, divide_by) : r;
 }
+
+// One pack: x = x (op) y, element by element (reduce_elem's bits).
+template <class T, class Op>
+DCOMM_HOST_DEVICE inline void reduce_pack_elems(Pack16& x, const Pack16& y, int divide_by) {
+  constexpr size_t kPer = kPackBytes / sizeof(T);
+  T xs[kPer], ys[kPer];
+  memcpy(static_cast<void*>(xs), &x, sizeof xs);
+  memcpy(static_cast<void*>(ys), &y, sizeof ys);
+DCOMM_UNROLL
+  for (size_t k = 0; k < kPer; ++k) xs[k] = reduce_elem<T, Op>(xs[k], ys[k], divide_by);
+  memcpy(&x, xs, sizeof xs);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// fp8 on a GPU with fp8 conversions: two elements per conversion instruction (fp8x2 to
+// f16x2 in, two floats to fp8x2 out), against one per element in reduce_elem: the same
+// rounding (round to nearest even, satfinite), so the same bits. kAvg's division, which
+// rounds twice, takes the element path.
+template <bool kE4M3>
+__device__ inline void fp8x2_to_floats(uint32_t two, float* lo, float* hi) {
+  uint32_t h2;
+  const uint16_t in = static_cast<uint16_t>(two);
+  if (kE4M3) asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(in));
+  else asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(in));
+  const uint16_t l = static_cast<uint16_t>(h2 & 0xffffu), h = static_cast<uint16_t>(h2 >> 16);
+  asm("cvt.f32.f16 %0, %1;" : "=f"(*lo) : "h"(l));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(*hi) : "h"(h));
+}
+template <bool kE4M3>
+__device__ inline uint32_t floats_to_fp8x2(float lo, float hi) {
+  uint16_t pair;  // the first operand lands in the upper byte
+  if (kE4M3) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));
+  return pair;
+}
+template <bool kE4M3, class Op>
+__device__ inline void reduce_fp8_pack(Pack16& x, const Pack16& y) {
+DCOMM_UNROLL
+  for (int w = 0; w < 4; ++w) {
+    uint32_t out = 0;
+DCOMM_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      float a0, a1, b0, b1;
+      fp8x2_to_floats<kE4M3>(x.w[w] >> (16 * h), &a0, &a1);
+      fp8x2_to_floats<kE4M3>(y.w[w] >> (16 * h), &b0, &b1);
+      out |= floats_to_fp8x2<kE4M3>(Op{}(a0, b0), Op{}(a1, b1)) << (16 * h);
+    }
+    x.w[w] = out;
+  }
+}
+#endif
+
+template <class T, class Op>
+DCOMM_HOST_DEVICE inline void reduce_pack(Pack16& x, const Pack16& y, int divide_by) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  constexpr bool kE4M3 = std::is_same_v<T, float8_e4m3>, kE5M2 = std::is_same_v<T, float8_e5m2>;
+  if constexpr (kE4M3 || kE5M2) {
+    if (divide_by == 0) return reduce_fp8_pack<kE4M3, Op>(x, y);
+  }
+#endif
+  reduce_pack_elems<T, Op>(x, y, divide_by);
+}
 }  // namespace detail
 
 // dst[i] = a[i] (op) b[i], and dst2[i] the same when dst2 is set (a peer's buffer: the fused
@@ -116,7 +185,7 @@ template <class T, class Op, class Team>
 DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_reduce(const Team& team, T* dst, T* dst2, const T* a, const T* b, size_t n,
                                    int divide_by = 0) {
   constexpr size_t kPer = detail::kPackBytes / sizeof(T);
-  constexpr int kUnroll = sizeof(T) == 1 ? 2 : detail::kUnroll;  // 16 elements a pack already
+  constexpr int kUnroll = detail::kReduceUnroll<T>;
   const size_t tid = static_cast<size_t>(team.thread()), nt = static_cast<size_t>(team.threads());
   const size_t head = detail::aligned_head(sizeof(T), n, dst, dst2, a, b);
   for (size_t i = tid; i < head; i += nt) {
@@ -143,12 +212,7 @@ DCOMM_UNROLL
     for (int u = 0; u < kUnroll; ++u) {
       size_t p = base + static_cast<size_t>(u) * nt;
       if (p >= packs) break;
-      T xs[kPer], ys[kPer];
-      memcpy(static_cast<void*>(xs), &x[u], sizeof xs);
-      memcpy(static_cast<void*>(ys), &y[u], sizeof ys);
-DCOMM_UNROLL
-      for (size_t k = 0; k < kPer; ++k) xs[k] = detail::reduce_elem<T, Op>(xs[k], ys[k], divide_by);
-      memcpy(&x[u], xs, sizeof xs);
+      detail::reduce_pack<T, Op>(x[u], y[u], divide_by);
       detail::store_pack(pd + p * kPer, x[u]);
       if (pd2) detail::store_pack(pd2 + p * kPer, x[u]);
     }
@@ -187,15 +251,15 @@ DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_copy(const Team& team, void* d
     if (d2) d2[i] = v;
   }
   const size_t packs = (bytes - head) / detail::kPackBytes;
-  for (size_t base = tid; base < packs; base += nt * detail::kUnroll) {
-    detail::Pack16 x[detail::kUnroll] = {};
+  for (size_t base = tid; base < packs; base += nt * detail::kCopyUnroll) {
+    detail::Pack16 x[detail::kCopyUnroll] = {};
 DCOMM_UNROLL
-    for (int u = 0; u < detail::kUnroll; ++u) {
+    for (int u = 0; u < detail::kCopyUnroll; ++u) {
       size_t p = base + static_cast<size_t>(u) * nt;
       if (p < packs) x[u] = detail::load_pack(s + head + p * detail::kPackBytes);
     }
 DCOMM_UNROLL
-    for (int u = 0; u < detail::kUnroll; ++u) {
+    for (int u = 0; u < detail::kCopyUnroll; ++u) {
       size_t p = base + static_cast<size_t>(u) * nt;
       if (p >= packs) break;
       detail::store_pack(d + head + p * detail::kPackBytes, x[u]);
