@@ -1,0 +1,105 @@
+# The step engine of scripts/gpu-check.sh, sourced (bash): one time budget for the whole
+# check; each step runs under the smaller of its own cap and what is left, a step that no
+# longer fits is skipped and named; every result is a line in a table that is printed at the
+# end, also when the check is killed (TERM/INT/HUP), and the logs go into one archive.
+#
+#   cs_init OUTDIR BUDGET_S        start the clock; logs go to $CS_WORK, results to OUTDIR
+#   cs_step NAME CAP_S MIN_S CMD.. run CMD (stdout+stderr to $CS_WORK/NAME.log) under
+#                                  min(CAP_S, time left); skipped if that is under MIN_S
+#   cs_note TEXT                   a line printed under the table (what a step measured)
+#   cs_left                        seconds left (after the reserve for the table)
+#   CS_SUMMARY=cmd                 run at the end with $CS_WORK as $1; its output follows the table
+#
+# Exit codes of a step: 0 ok, 77 skipped by the step itself, 124/137 killed at its limit.
+# Steps run in the background and are waited for, so a signal reaches the trap at once
+# (bash defers traps while a foreground command runs) and the trap kills the step.
+
+CS_RESERVE=${CS_RESERVE:-10}  # seconds kept for the table and the archive
+
+cs_now() { date +%s; }
+cs_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+cs_init() {
+  CS_OUT=$1
+  CS_BUDGET=$2
+  CS_START=$(cs_now)
+  CS_WORK=$(mktemp -d "${TMPDIR:-/tmp}/check-steps.XXXXXX")
+  CS_RESULTS=$CS_WORK/results.tsv
+  CS_NOTES=$CS_WORK/notes.txt
+  CS_CHILD=""
+  CS_DONE=0
+  mkdir -p "$CS_OUT"
+  : >"$CS_RESULTS"
+  : >"$CS_NOTES"
+  trap 'cs_finish "killed by a signal"; exit 143' TERM INT HUP
+  trap 'cs_finish' EXIT
+}
+
+cs_elapsed() { echo $(($(cs_now) - CS_START)); }
+cs_left() { echo $((CS_BUDGET - $(cs_elapsed) - CS_RESERVE)); }
+cs_say() { echo "[check +$(cs_elapsed)s] $*"; }
+cs_note() { echo "$*" >>"$CS_NOTES"; }
+
+# name \t status \t seconds \t detail
+cs_record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$CS_RESULTS"; }
+
+cs_step() {
+  local name=$1 cap=$2 min=$3
+  shift 3
+  local left limit
+  left=$(cs_left)
+  limit=$cap
+  ((left < limit)) && limit=$left
+  if ((limit < min)); then
+    cs_record "$name" skipped 0 "no time left: needs ${min}s, ${left}s left of the ${CS_BUDGET}s budget"
+    cs_say "$name: SKIPPED (needs ${min}s, ${left}s left)"
+    return 75
+  fi
+  local t0 rc secs status detail=""
+  t0=$(cs_ms)
+  timeout --kill-after=5 "$limit" "$@" >"$CS_WORK/$name.log" 2>&1 &
+  CS_CHILD=$!
+  CS_CHILD_NAME=$name
+  wait "$CS_CHILD"
+  rc=$?
+  CS_CHILD=""
+  secs=$(awk -v ms=$(($(cs_ms) - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
+  case $rc in
+    0) status=ok ;;
+    77) status=skipped; detail=$(tail -1 "$CS_WORK/$name.log") ;;
+    124 | 137) status=TIMEOUT; detail="killed at its ${limit}s limit (cap ${cap}s)" ;;
+    *) status=FAIL; detail="exit $rc: $(grep -v '^\s*$' "$CS_WORK/$name.log" | tail -1 | cut -c1-160)" ;;
+  esac
+  cs_record "$name" "$status" "$secs" "$detail"
+  cs_say "$name: $status in ${secs}s${detail:+ ($detail)}"
+  return $rc
+}
+
+# The table: every step (ran, failed, skipped), then the notes and the summary; then the
+# archive of every log. Runs once, at the end or on a signal.
+cs_finish() {
+  ((CS_DONE)) && return 0
+  CS_DONE=1
+  local why=${1:-}
+  if [ -n "$CS_CHILD" ]; then
+    kill -TERM "$CS_CHILD" 2>/dev/null
+    pkill -TERM -P "$CS_CHILD" 2>/dev/null
+    cs_record "$CS_CHILD_NAME" KILLED "" "$why, while it ran"
+  fi
+  {
+    echo
+    echo "== check: $(wc -l <"$CS_RESULTS") steps in $(cs_elapsed)s of a ${CS_BUDGET}s budget${why:+ ($why)} =="
+    awk -F'\t' '{ printf "%-22s %-8s %7s  %s\n", $1, $2, ($3 == "" ? "" : $3 "s"), substr($4, 1, 110) }' "$CS_RESULTS"
+    if [ -s "$CS_NOTES" ]; then
+      echo
+      cat "$CS_NOTES"
+    fi
+    if [ -n "${CS_SUMMARY:-}" ]; then
+      echo
+      $CS_SUMMARY "$CS_WORK" 2>&1
+    fi
+  } | tee "$CS_WORK/table.txt"
+  cp "$CS_WORK/table.txt" "$CS_OUT/table.txt"
+  tar -czf "$CS_OUT/${CS_ARCHIVE:-check}.tar.gz" -C "$CS_WORK" . 2>/dev/null
+  echo "logs: $CS_OUT/${CS_ARCHIVE:-check}.tar.gz"
+}
