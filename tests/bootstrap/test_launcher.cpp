@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -17,10 +20,11 @@ struct EnvScope {
                                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                                          "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_orte_hnp_uri", "PMIX_NAMESPACE",
                                          "OMPI_MCA_ess_base_jobid", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                                         "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID", "SLURM_STEP_ID"};
-  EnvScope(std::initializer_list<std::pair<const char*, const char*>> vars) {
+                                         "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                                         "DCOMM_SECRET", "DCOMM_SECRET_FILE"};
+  EnvScope(std::initializer_list<std::pair<const char*, std::string>> vars) {
     clear();
-    for (auto& [k, v] : vars) setenv(k, v, 1);
+    for (auto& [k, v] : vars) setenv(k, v.c_str(), 1);
   }
   ~EnvScope() { clear(); }
   static void clear() {
@@ -91,13 +95,51 @@ TEST_CASE("launcher: srun") {
 }
 
 TEST_CASE("launcher: a unique id in the environment gives the rendezvous") {
-  EnvScope env{{"DCOMM_RANK", "0"}, {"DCOMM_WORLD_SIZE", "2"}, {"DCOMM_UNIQUE_ID", "dcomm1:00000000000000ff@127.0.0.1:4242"}};
+  const std::string secret(64, 'a');
+  EnvScope env{{"DCOMM_RANK", "0"}, {"DCOMM_WORLD_SIZE", "2"},
+               {"DCOMM_UNIQUE_ID", "dcomm2:00000000000000ff:" + secret + "@127.0.0.1:4242"}};
   auto li = detect_launch();
   REQUIRE(li.ok());
   CHECK(li->launcher == "dcomm");
   CHECK(li->nonce == 0xff);
   CHECK(li->rendezvous.port == 4242);
   CHECK_FALSE(li->host_store);
+  CHECK(li->access.secret.set);  // the id's secret: always authenticated
+  CHECK(li->access.secret.hex() == secret);
+}
+
+TEST_CASE("launcher: the job secret of a launcher start comes from DCOMM_SECRET or DCOMM_SECRET_FILE, else none") {
+  {
+    EnvScope env{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4000"}};
+    auto li = detect_launch();
+    REQUIRE(li.ok());
+    CHECK_FALSE(li->access.secret.set);
+  }
+  {
+    EnvScope env{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4000"},
+                 {"DCOMM_SECRET", "correct horse battery staple"}};
+    auto li = detect_launch();
+    REQUIRE(li.ok());
+    CHECK(li->access.secret.set);
+    CHECK(li->access.secret.key == JobSecret::from_text("correct horse battery staple", "x")->key);
+  }
+  {
+    const std::string file = "/tmp/dcomm-test-secret-" + std::to_string(getpid());
+    { std::ofstream(file) << "from a file\n"; }
+    EnvScope env{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4000"},
+                 {"DCOMM_SECRET_FILE", file}};
+    auto li = detect_launch();
+    std::remove(file.c_str());
+    REQUIRE(li.ok());
+    CHECK(li->access.secret.key == JobSecret::from_text("from a file", "x")->key);
+  }
+  {
+    EnvScope env{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4000"},
+                 {"DCOMM_SECRET_FILE", "/nonexistent/secret"}};
+    auto li = detect_launch();
+    REQUIRE_FALSE(li.ok());
+    CHECK(li.status().message().find("DCOMM_SECRET_FILE") != std::string::npos);
+  }
 }
 
 TEST_CASE("launcher: bad environments get errors that name the variable") {

@@ -17,8 +17,10 @@ using namespace dcomm_test;
 namespace {
 // ranks_per_host > 0: pretended hosts of that many consecutive ranks; < 0: rank r on pretended
 // host r % -ranks_per_host (interleaved, so the ring order differs from rank order).
-void run_full_matrix(int size, TransportChoice transport, const std::string& algo = "", int ranks_per_host = 0) {
+void run_full_matrix(int size, TransportChoice transport, const std::string& algo = "", int ranks_per_host = 0,
+                     bool deterministic = false) {
   Config config = test_config(transport);
+  config.deterministic = deterministic;
   config.test_ranks_per_host = ranks_per_host > 0 ? ranks_per_host : 0;
   config.test_cyclic_hosts = ranks_per_host < 0 ? -ranks_per_host : 0;
   auto forced = parse_algo(algo);
@@ -59,6 +61,14 @@ TEST_CASE("matrix, threads as ranks, every algorithm forced") {
       CAPTURE(size);
       run_full_matrix(size, TransportChoice::kAuto, algo);
     }
+  }
+}
+
+// DCOMM_DETERMINISTIC=1: the reductions run in fixed order (algo/ordered.hpp), and stay exact.
+TEST_CASE("matrix, threads as ranks, deterministic reductions") {
+  for (int size : {1, 2, 3, 4, 5, 8}) {
+    CAPTURE(size);
+    run_full_matrix(size, TransportChoice::kAuto, "", 0, /*deterministic=*/true);
   }
 }
 

@@ -83,18 +83,6 @@ TEST_CASE("abort() on one rank fails the pending calls of the others with its re
   });
 }
 
-TEST_CASE("mismatched counts are reported, not silently mixed") {
-  auto comms = Communicator::create_local(2, test_config(TransportChoice::kAuto, 2000ms));
-  REQUIRE(comms.ok());
-  on_ranks(*comms, [&](Communicator& c) {
-    size_t count = c.rank() == 0 ? 100 : 200;
-    std::vector<float> buf(count, 1.0f);
-    Status s = c.all_reduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
-    CHECK_FALSE(s.ok());
-    CHECK((contains(s, "expected") || contains(s, "aborted")));
-  });
-}
-
 TEST_CASE("init: rank out of range, empty world, duplicate rank, missing rank, unreachable rendezvous") {
   auto id = UniqueId::create();
   REQUIRE(id.ok());
@@ -124,7 +112,7 @@ TEST_CASE("init: rank out of range, empty world, duplicate rank, missing rank, u
     CHECK(contains(c.status(), "1 of 2 ranks"));
   }
   SUBCASE("a rendezvous address nobody serves") {
-    UniqueId nowhere = *UniqueId::parse("dcomm1:0000000000000001@127.0.0.1:1");
+    UniqueId nowhere = *UniqueId::parse("dcomm2:0000000000000001:" + std::string(64, '0') + "@127.0.0.1:1");
     auto c = Communicator::init(0, 2, nowhere, test_config(TransportChoice::kAuto, 300ms));
     REQUIRE_FALSE(c.ok());
     CHECK(contains(c.status(), "127.0.0.1:1"));

@@ -5,6 +5,8 @@
 
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <random>
@@ -12,6 +14,7 @@
 
 #include <dcomm/bootstrap/local_launch.hpp>
 #include <dcomm/bootstrap/roster.hpp>
+#include <dcomm/transport/shm.hpp>
 
 #include "support/files.hpp"
 
@@ -194,4 +197,122 @@ TEST_CASE("a /dev/shm too small for the FIFOs is an error that says so and what 
   check_all_exit(*procs, 5);
   CHECK(text.find("is too small") != std::string::npos);
   CHECK(text.find("--shm-size") != std::string::npos);
+}
+
+// ---- hardening: jobs side by side, leftovers, stopped ranks, set-up aborts, secrets --------
+
+namespace {
+// A rank started from the environment alone, as a launcher starts it (dcomm's own variables,
+// an address rendezvous, no unique id).
+std::vector<std::string> env_rank(int r, int n, int port, std::vector<std::string> extra = {}) {
+  std::vector<std::string> env = {detail::cat("DCOMM_RANK=", r), detail::cat("DCOMM_WORLD_SIZE=", n),
+                                  detail::cat("DCOMM_COMM_ID=127.0.0.1:", port), "DCOMM_UNIQUE_ID=",
+                                  "DCOMM_TIMEOUT_MS=60000"};
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+}  // namespace
+
+TEST_CASE("twenty 2-rank jobs at once on one host, each started from the environment, all succeed") {
+  // Every job names its shared-memory files for its own processes: none takes or deletes another's.
+  std::vector<LocalRanks> jobs;
+  for (int j = 0; j < 20; ++j) {
+    const int port = free_port();
+    auto p = spawn_processes({kWorker, "quick"}, 2, [&](int r) { return env_rank(r, 2, port); });
+    REQUIRE(p.ok());
+    jobs.push_back(std::move(*p));
+  }
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    CAPTURE(j);
+    CHECK(wait_local_ranks(jobs[j], 120s).ok());
+    check_all_exit(jobs[j], 0);
+  }
+}
+
+TEST_CASE("a job started after one that was killed during start-up: leftovers never block it, and are swept") {
+  // What a rank killed while connecting leaves: its receive FIFO's file, named for its pid
+  // (now dead), and a file of the old naming scheme that once made every later job fail.
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  const std::string leftover = detail::cat("/dev/shm/dcomm-", detail::pid_namespace(), "-", dead, "-1to0-0123456789abcdef");
+  const std::string old_style = "/dev/shm/dcomm-env0-1to0";
+  for (const std::string& f : {leftover, old_style}) std::ofstream(f) << "left behind";
+  const int port = free_port();
+  auto p = spawn_processes({kWorker, "quick"}, 2, [&](int r) { return env_rank(r, 2, port); });
+  REQUIRE(p.ok());
+  CHECK(wait_local_ranks(*p, 60s).ok());
+  check_all_exit(*p, 0);
+  CHECK(access(leftover.c_str(), F_OK) != 0);  // swept: its process is gone
+  ::unlink(old_style.c_str());
+}
+
+TEST_CASE("a stopped rank (SIGSTOP) is the one every survivor names, over shared memory and TCP") {
+  for (const std::string transport : {"shm", "tcp"}) {
+    CAPTURE(transport);
+    // Rank 2 of 3 stops after 3 rounds; with a 3 s deadline the survivors time out: rank 0
+    // waits on rank 2, rank 1 on rank 0, and both must name rank 2 (its heartbeats stopped),
+    // not the neighbour they were waiting on.
+    auto p = spawn_local_ranks({kWorker, "stop", "2", "3"}, 3, {"DCOMM_TRANSPORT=" + transport, "DCOMM_TIMEOUT_MS=3000"});
+    REQUIRE(p.ok());
+    Status s = wait_local_ranks(*p, 20s);  // the stopped rank never exits: it is killed at the end
+    CHECK_MESSAGE(s.message().find("local ranks [2] did not exit") != std::string::npos, s.message());
+    for (int r : {0, 1}) CHECK_MESSAGE(p->exit_codes[static_cast<size_t>(r)] == 3, "survivor rank ", r);
+  }
+}
+
+TEST_CASE("a rank that gives up during set-up: the others learn why at once, not at the deadline") {
+  // Rank 2 cannot create its shared-memory FIFOs; ranks 0 and 1 wait for them with a 60 s
+  // deadline and must fail within a second or two, with rank 2's reason.
+  const std::string out = "/tmp/dcomm-test-setup-abort-" + std::to_string(getpid());
+  for (int r = 0; r < 3; ++r) ::unlink(detail::cat(out, ".", r).c_str());
+  const int port = free_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = spawn_processes({kWorker, "init"}, 3, [&](int r) {
+    std::vector<std::string> extra = {detail::cat("DCOMM_TEST_OUT=", out, ".", r), "DCOMM_TRANSPORT=shm"};
+    if (r == 2) extra.push_back("DCOMM_SHM_DIR=/nonexistent-dcomm-dir");
+    return env_rank(r, 3, port, extra);
+  });
+  REQUIRE(p.ok());
+  CHECK(wait_local_ranks(*p, 60s).ok());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  check_all_exit(*p, 5);
+  CHECK_MESSAGE(took < 10s, "the set-up abort took ", std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), " ms");
+  for (int r : {0, 1}) {
+    const std::string text = read_file(detail::cat(out, ".", r));
+    CAPTURE(text);
+    CHECK(text.find("rank 2 gave up during set-up") != std::string::npos);
+    CHECK(text.find("nonexistent-dcomm-dir") != std::string::npos);
+  }
+  for (int r = 0; r < 3; ++r) ::unlink(detail::cat(out, ".", r).c_str());
+}
+
+TEST_CASE("job secrets: ranks with different DCOMM_SECRET are refused, saying so; the same secret works") {
+  const std::string out = "/tmp/dcomm-test-secret-" + std::to_string(getpid());
+  {
+    const int port = free_port();
+    auto p = spawn_processes({kWorker, "init"}, 2, [&](int r) {
+      return env_rank(r, 2, port, {detail::cat("DCOMM_SECRET=secret-of-", r), "DCOMM_TIMEOUT_MS=3000",
+                                   detail::cat("DCOMM_TEST_OUT=", out, ".", r)});
+    });
+    REQUIRE(p.ok());
+    CHECK(wait_local_ranks(*p, 60s).ok());
+    check_all_exit(*p, 5);
+    CHECK(read_file(out + ".1").find("same job secret") != std::string::npos);
+  }
+  {
+    const int port = free_port();
+    auto p = spawn_processes({kWorker, "quick"}, 2, [&](int r) { return env_rank(r, 2, port, {"DCOMM_SECRET=shared"}); });
+    REQUIRE(p.ok());
+    CHECK(wait_local_ranks(*p, 60s).ok());
+    check_all_exit(*p, 0);
+  }
+  for (int r = 0; r < 2; ++r) ::unlink(detail::cat(out, ".", r).c_str());
+}
+
+TEST_CASE("lifecycles between processes: 50 communicators made and destroyed (every other one aborted) leave nothing") {
+  for (const std::string transport : {"shm", "tcp"}) {
+    CAPTURE(transport);
+    check_all_exit(run_local({"cycles", "50"}, 2, {"DCOMM_TRANSPORT=" + transport}), 0);
+  }
 }

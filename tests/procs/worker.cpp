@@ -5,9 +5,18 @@
 //                   survivors exit 3 when their error names rank RANK as dead (or a peer's
 //                   abort naming it), 4 otherwise
 //   init            create the communicator and report its error, if any (exit 5)
+//   quick           one all_reduce, checked (exit 0)
+//   stop RANK N     all_reduce in a loop; rank RANK stops itself (SIGSTOP) after N rounds;
+//                   survivors exit 3 when their error says rank RANK stopped responding, 4 otherwise
+//   cycles N        N times: a new communicator (from a unique id rank 0 broadcasts), an
+//                   all_reduce, destroy (every other one aborted first); exit 0 when this
+//                   process's descriptors, threads and shared-memory files are as before
 // Output: one line per failure, then "rank R: ..." summaries.
+#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <array>
 
 #include <cstdio>
 #include <cstdlib>
@@ -55,16 +64,73 @@ int main(int argc, char** argv) {
     std::printf("rank %d: %d checks, %zu failures\n", c.rank(), rep.checked, rep.failures.size());
     return rep.failures.empty() && rep.checked > 0 ? 0 : 1;
   }
-  if (mode == "die" && argc > 3) {
-    int victim = std::atoi(argv[2]), rounds = std::atoi(argv[3]);
-    std::vector<float> buf(1 << 20, 1.0f);
+  if (mode == "quick") {
+    std::vector<float> buf(1000, static_cast<float>(c.rank() + 1));
+    Status s = c.all_reduce(std::span(buf), ReduceOp::kSum);
+    const float want = static_cast<float>(c.size() * (c.size() + 1) / 2);
+    if (!s.ok() || buf[999] != want) {
+      report("rank %d quick: %s\n", c.rank(), s.ok() ? "wrong result" : s.message().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  if (mode == "cycles" && argc > 2) {
+    const int n = std::atoi(argv[2]);
+    auto count = [](const char* dir, const std::string& prefix) {
+      int k = 0;
+      if (DIR* d = opendir(dir)) {
+        while (dirent* e = readdir(d)) k += e->d_name[0] != '.' && std::string(e->d_name).rfind(prefix, 0) == 0;
+        closedir(d);
+      }
+      return k;
+    };
+    const std::string mine = "dcomm-" + detail::pid_namespace() + "-" + std::to_string(getpid()) + "-";
+    auto footprint = [&] {
+      return std::array<int, 3>{count("/proc/self/fd", ""), count("/proc/self/task", ""), count("/dev/shm", mine)};
+    };
+    std::array<int, 3> before{};
+    for (int i = 0; i < n + 3; ++i) {
+      if (i == 3) before = footprint();  // after warm-up
+      char id_text[256] = {};
+      if (c.rank() == 0) {
+        auto id = UniqueId::create();
+        if (!id.ok()) return report("rank 0: %s\n", id.status().message().c_str()), 1;
+        std::snprintf(id_text, sizeof id_text, "%s", id->to_string().c_str());
+      }
+      if (!c.broadcast(id_text, id_text, sizeof id_text, DataType::kUint8, 0).ok()) return 1;
+      auto id = UniqueId::parse(id_text);
+      if (!id.ok()) return report("rank %d: %s\n", c.rank(), id.status().message().c_str()), 1;
+      auto child = Communicator::init(c.rank(), c.size(), *id);
+      if (!child.ok()) return report("rank %d cycle %d: %s\n", c.rank(), i, child.status().message().c_str()), 1;
+      std::vector<int32_t> v(1000, 1);
+      if (!(*child)->all_reduce(std::span(v), ReduceOp::kSum).ok()) return report("rank %d cycle %d failed\n", c.rank(), i), 1;
+      if (!c.barrier().ok()) return 1;  // every rank done with the child before one aborts it
+      if (i % 2 && c.rank() == 1) (*child)->abort("the test re-creates it");
+      child->reset();
+      if (!c.barrier().ok()) return 1;
+    }
+    const auto after = footprint();
+    if (after != before) {
+      report("rank %d: descriptors %d -> %d, threads %d -> %d, shared-memory files %d -> %d\n", c.rank(), before[0],
+             after[0], before[1], after[1], before[2], after[2]);
+      return 1;
+    }
+    return 0;
+  }
+  if ((mode == "die" || mode == "stop") && argc > 3) {
+    // The victim kills (SIGKILL) or stops (SIGSTOP) itself after `rounds` all_reduces; a
+    // survivor passes when its error names the victim as dead, or as stopped responding.
+    const int victim = std::atoi(argv[2]), rounds = std::atoi(argv[3]);
+    const bool die = mode == "die";
+    std::vector<float> buf(die ? 1 << 20 : 1 << 18, 1.0f);
     for (int i = 0;; ++i) {
-      if (c.rank() == victim && i == rounds) raise(SIGKILL);
+      if (c.rank() == victim && i == rounds) raise(die ? SIGKILL : SIGSTOP);
       Status s = c.all_reduce(std::span(buf), ReduceOp::kMax);
       if (!s.ok()) {
         report("rank %d error: %s\n", c.rank(), s.message().c_str());
-        bool named = s.message().find("rank " + std::to_string(victim)) != std::string::npos &&
-                     s.code() == ErrorCode::kPeerFailure;
+        const std::string who = "rank " + std::to_string(victim);
+        const bool named = die ? s.message().find(who) != std::string::npos && s.code() == ErrorCode::kPeerFailure
+                               : s.message().find("stopped responding (" + who + " (host") != std::string::npos;
         return named ? 3 : 4;
       }
     }

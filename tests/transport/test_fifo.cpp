@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <cstring>
+
 #include <thread>
 #include <vector>
 
@@ -32,7 +34,8 @@ TEST_CASE("fifo: slots fill, wrap and keep their sizes; small payloads ride in t
       uint64_t bytes = f.size(h);
       CHECK(bytes == (i == 1 ? 200 : static_cast<uint64_t>(i) + 1));
       CHECK(f.payload(h, bytes)[bytes - 1] == static_cast<char>(round * 3 + static_cast<uint64_t>(i)));
-      CHECK((f.payload(h, bytes) - f.payload(h, 1)) == (bytes > kInlineBytes ? 48 : 0));
+      CHECK((f.payload(h, bytes) - f.payload(h, 1)) ==
+            static_cast<std::ptrdiff_t>(bytes > kInlineBytes ? kSlotHeaderBytes - kInlineOffset : 0));
       f.publish_head(h + 1);
     }
     CHECK_FALSE(f.ready(f.head(std::memory_order_relaxed)));
@@ -40,6 +43,36 @@ TEST_CASE("fifo: slots fill, wrap and keep their sizes; small payloads ride in t
   CHECK_FALSE(f.producer_closed());
   f.close_producer();
   CHECK(f.producer_closed());
+}
+
+TEST_CASE("fifo: a slot's stamp and payload travel as one run of bytes (wire) and land where they belong") {
+  const size_t slot_bytes = 256, slots = 4;
+  std::vector<char> a(fifo_bytes(slot_bytes, slots) + 64), b(a.size());
+  FifoRef out = FifoRef::initialize(a.data(), slot_bytes, slots), in = FifoRef::initialize(b.data(), slot_bytes, slots);
+  for (uint64_t bytes : {0, 1, 31, 32, 33, 100, 256}) {
+    CAPTURE(bytes);
+    const uint64_t t = out.tail(std::memory_order_relaxed);
+    char* p = out.payload(t, bytes);
+    for (uint64_t i = 0; i < bytes; ++i) p[i] = static_cast<char>(i * 7 + bytes);
+    const CallStamp stamp{0x1234567800000000ull | bytes, 99 + bytes};
+    out.commit(bytes, stamp);
+    // A wire moves wire_bytes(bytes) from wire(); the receiver learns the size from the run.
+    const uint64_t run = FifoRef::wire_bytes(bytes);
+    CHECK(run <= out.max_wire_bytes());
+    std::memcpy(in.wire(t), out.wire(t), run);
+    uint64_t got = 0;
+    REQUIRE(FifoRef::payload_of_wire(run, &got));
+    CHECK(got == bytes);
+    in.set_size(t, got);
+    in.publish_tail(t + 1);
+    CHECK(in.stamp(t) == stamp);
+    CHECK(std::memcmp(in.payload(t, got), p, bytes) == 0);
+    in.publish_head(t + 1);
+    out.publish_head(t + 1);
+  }
+  // Lengths no run has are refused.
+  uint64_t n = 0;
+  for (uint64_t bad : {0, 15, 49, 64, 80}) CHECK_FALSE(FifoRef::payload_of_wire(bad, &n));
 }
 
 TEST_CASE("fifo: a producer and a consumer thread pass a million slots in order") {

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/types.hpp"
@@ -51,7 +52,16 @@ inline bool overlaps(const P2POp& a, const P2POp& b) {
 // same batch also writes (an in-place shift: send to the next rank, receive from the previous
 // into the same buffer) is sent from a copy taken first, since the receive may land before
 // the whole message has left.
-inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<PeerPort*>& ports, const Config& config) {
+//
+// `message_stamps`: a batch the user made (send/recv): every message carries its own stamp
+// (type and count), checked by the receive it meets. Otherwise the batch is a step of a
+// collective and its slots carry the collective's stamp.
+inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<PeerPort*>& ports, const Config& config,
+                      bool message_stamps = false) {
+  std::vector<CallStamp> own_stamps;
+  if (message_stamps)
+    for (const auto& op : ops) own_stamps.push_back(message_stamp(op.type, op.count));
+  const CallStamp* stamps = message_stamps ? own_stamps.data() : nullptr;
   std::vector<P2POp> own;
   std::vector<std::vector<char>> copies;
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -91,7 +101,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
     else ++remaining;
   }
   Backoff backoff(config.spin_iterations);
-  std::optional<Deadline> deadline;
+  std::optional<Deadline> deadline, diagnosis;
   while (remaining > 0) {
     bool progress = false;
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -110,11 +120,11 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
           char* slot = nullptr;
           if (!port->try_acquire_send(n, &slot)) break;
           if (n) std::memcpy(slot, base, n);
-          port->commit_send(n);
+          port->commit_send(n, stamps ? &stamps[i] : nullptr);
         } else {
           const char* slot = nullptr;
           Status bad;
-          if (!port->try_acquire_recv(n, &slot, &bad)) break;
+          if (!port->try_acquire_recv(n, &slot, &bad, stamps ? &stamps[i] : nullptr)) break;
           if (!bad.ok()) return bad;
           if (n && op.fold) {
             const size_t elems = n / op.fold->elem_bytes;
@@ -145,10 +155,17 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
         DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(ops[i].peer)]->check_alive(ops[i].kind == P2POp::Kind::kSend));
     if (!deadline) {
       deadline.emplace(config.timeout);
+      diagnosis.emplace(stall_threshold(config));
     } else if (deadline->expired()) {
       for (size_t i = 0; i < ops.size(); ++i)
         if (!state[i].finished)
           return ports[static_cast<size_t>(ops[i].peer)]->timeout_error(ops[i].kind == P2POp::Kind::kSend);
+    } else if (!message_stamps && diagnosis->expired()) {
+      // A step of a collective that stalls: are the peers in this call at all?
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (!state[i].finished)
+          DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(ops[i].peer)]->diagnose_stall(ops[i].kind == P2POp::Kind::kSend));
+      diagnosis.emplace(config.timeout);
     }
   }
   return {};

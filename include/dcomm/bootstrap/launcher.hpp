@@ -10,47 +10,90 @@
 #include <random>
 #include <string>
 
+#include "dcomm/bootstrap/auth.hpp"
 #include "dcomm/bootstrap/socket.hpp"
 #include "dcomm/bootstrap/store.hpp"
+#include "dcomm/core/bytes.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
+#include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
 namespace detail {
-// Rendezvous store servers hosted by this process, by port. They live until the process exits,
-// so communicators created later from the same id or environment (splits, a second
-// from_env) find theirs; a communicator never outlives the server it rendezvoused through.
+// Rendezvous store servers hosted by this process, by port. A communicator that rendezvouses
+// through one of them holds it (splits reuse it); the registry only remembers it, so it stops
+// once the last such communicator is gone. A server nobody here has used yet (a UniqueId made
+// for other processes) is held by the registry until a communicator of this process claims it.
 struct ServerRegistry {
   std::mutex mu;
-  std::map<int, std::shared_ptr<StoreServer>> servers;
+  std::map<int, std::weak_ptr<StoreServer>> servers;
+  std::map<int, std::shared_ptr<StoreServer>> unclaimed;
 };
 inline ServerRegistry& server_registry() {
   static ServerRegistry r;
   return r;
 }
 
-// Serves a store on `port`, or on the first free one of port .. port + span - 1 (one this
-// process already serves in that range is reused).
-inline Result<std::shared_ptr<StoreServer>> serve_store(int port, int span = 1) {
+// Serves a store on `host`:`port`, or on the first free one of port .. port + span - 1 (one
+// this process already serves in that range is reused).
+inline Result<std::shared_ptr<StoreServer>> serve_store(const std::string& host, int port, int span,
+                                                        const StoreAccess& access) {
   auto& reg = server_registry();
   std::lock_guard<std::mutex> lock(reg.mu);
   if (port != 0) {
     for (int k = 0; k < span; ++k)
-      if (auto it = reg.servers.find(port + k); it != reg.servers.end()) return it->second;
+      if (auto it = reg.servers.find(port + k); it != reg.servers.end())
+        if (auto alive = it->second.lock()) return alive;
   }
   Status last;
   for (int k = 0; k < span; ++k) {
-    auto server = StoreServer::start({"0.0.0.0", port == 0 ? 0 : port + k});
+    auto server = StoreServer::start({host, port == 0 ? 0 : port + k}, access);
     if (!server.ok()) {
       last = server.status();
       continue;
     }
-    reg.servers[(*server)->address().port] = *server;
+    const int at = (*server)->address().port;
+    reg.servers[at] = *server;
+    reg.unclaimed[at] = *server;
     return *server;
   }
   return last;
+}
+
+// The server on `port` when this process serves it: a communicator about to rendezvous
+// through it takes it from here (null when another process serves it).
+inline std::shared_ptr<StoreServer> claim_store(int port) {
+  auto& reg = server_registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto it = reg.servers.find(port);
+  if (it == reg.servers.end()) return nullptr;
+  auto alive = it->second.lock();  // before the registry lets go of it
+  reg.unclaimed.erase(port);
+  if (!alive) reg.servers.erase(it);
+  return alive;
+}
+
+inline std::shared_ptr<StoreServer> claim_store(const SocketAddress& addr) {
+  {
+    auto& reg = server_registry();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    auto it = reg.servers.find(addr.port);
+    auto alive = it == reg.servers.end() ? nullptr : it->second.lock();
+    if (!alive || alive->address().host != addr.host) return nullptr;
+  }
+  return claim_store(addr.port);
+}
+
+// Where rank 0 listens for the rendezvous: the address the other ranks were told (so not on
+// every interface), when this host has it; else every interface, saying so (the address may
+// be a name for a load balancer or a NAT).
+inline std::string bind_host_for(const std::string& host) {
+  if (listen_on({host, 0}).ok()) return host;
+  DCOMM_LOG(kWarn, kSubsysBootstrap, 0, "the rendezvous address ", host,
+            " is not an address of this host: the store listens on every interface");
+  return "0.0.0.0";
 }
 
 inline uint64_t random_u64() {
@@ -81,31 +124,44 @@ inline Result<std::string> advertised_ip() {
 
 // NCCL-style unique id: one rank makes it (which starts a rendezvous store in that process),
 // sends to_string() to the others by any means, and every rank passes it to Communicator::init.
+// It carries the job secret that authenticates every connection of the communicators made
+// from it: treat it as a credential.
 struct UniqueId {
   SocketAddress address;
   uint64_t nonce = 0;
+  JobSecret secret;
 
   static Result<UniqueId> create() {
     auto ip = detail::advertised_ip();
     if (!ip.ok()) return ip.status();
-    auto server = detail::serve_store(0);
+    auto secret = JobSecret::random();
+    if (!secret.ok()) return secret.status();
+    auto server = detail::serve_store(*ip, 0, 1, {*secret, {}});
     if (!server.ok()) return server.status();
-    return UniqueId{{*ip, (*server)->address().port}, detail::random_u64()};
+    return UniqueId{{*ip, (*server)->address().port}, detail::random_u64(), *secret};
   }
+  // dcomm2:<16 hex digits: nonce>:<64 hex digits: secret>@host:port
   std::string to_string() const {
     char nonce_hex[17];
     std::snprintf(nonce_hex, sizeof nonce_hex, "%016" PRIx64, nonce);
-    return detail::cat("dcomm1:", nonce_hex, "@", address.to_string());
+    return detail::cat("dcomm2:", nonce_hex, ":", secret.hex(), "@", address.to_string());
   }
   static Result<UniqueId> parse(const std::string& text) {
-    size_t at = text.find('@');
-    if (text.rfind("dcomm1:", 0) != 0 || at == std::string::npos || at != 23)
-      return invalid_argument("'", text, "' is not a dcomm unique id (dcomm1:<16 hex digits>@host:port)");
-    auto addr = parse_address(text.substr(at + 1));
+    constexpr size_t kNonceAt = 7, kSecretAt = kNonceAt + 17, kAt = kSecretAt + 2 * JobSecret::kBytes;
+    const auto bad = [&] {
+      return invalid_argument("'", text.substr(0, 120), "' is not a dcomm unique id (dcomm2:<16 hex digits>:<64 hex digits>@host:port)");
+    };
+    if (text.size() <= kAt + 1 || text.rfind("dcomm2:", 0) != 0 || text[kSecretAt - 1] != ':' || text[kAt] != '@') return bad();
+    auto nonce = detail::from_hex(std::string_view(text).substr(kNonceAt, 16));
+    auto key = detail::from_hex(std::string_view(text).substr(kSecretAt, 2 * JobSecret::kBytes));
+    if (!nonce || !key) return bad();
+    auto addr = parse_address(text.substr(kAt + 1));
     if (!addr.ok()) return addr.status().with_context("unique id");
     UniqueId id;
     id.address = *addr;
-    id.nonce = std::strtoull(text.substr(7, 16).c_str(), nullptr, 16);
+    for (unsigned char b : *nonce) id.nonce = id.nonce << 8 | b;
+    std::memcpy(id.secret.key.data(), key->data(), JobSecret::kBytes);
+    id.secret.set = true;
     return id;
   }
 };
@@ -120,6 +176,9 @@ struct LaunchInfo {
   bool host_store = false;  // this process serves the store (rank 0 of an address rendezvous)
   int port_span = 1;        // the store is on the first free of rendezvous.port .. + port_span - 1
   uint64_t nonce = 0;       // from a unique id; 0 for address rendezvous
+  // Who may use the store: the job secret (a unique id's; DCOMM_SECRET / DCOMM_SECRET_FILE
+  // for launcher starts, or none) and, where ranks scan ports for it, the job's tag.
+  StoreAccess access;
 };
 
 namespace detail {
@@ -209,8 +268,12 @@ inline Result<LaunchInfo> detect_launch() {
     if (!id.ok()) return id.status().with_context("DCOMM_UNIQUE_ID");
     info.rendezvous = id->address;
     info.nonce = id->nonce;
+    info.access.secret = id->secret;
     return info;
   }
+  auto secret = JobSecret::from_env();
+  if (!secret.ok()) return secret.status();
+  info.access.secret = *secret;
   auto where = detail::rendezvous_from_env(info.launcher, single_host, job_key);
   if (!where.ok()) return where.status();
   info.rendezvous = where->address;
@@ -220,7 +283,10 @@ inline Result<LaunchInfo> detect_launch() {
   if (info.launcher == "torchrun" && env_or("DCOMM_COMM_ID").empty() && !env_or("TORCHELASTIC_USE_AGENT_STORE").empty()) {
     info.rendezvous.port += 1;
     info.port_span = 16;
+    job_key = detail::cat("torchrun ", env_or("TORCHELASTIC_RUN_ID"), " ", env_or("MASTER_ADDR"), ":", env_or("MASTER_PORT"));
   }
+  // Ranks that scan ports must not join another job's store on one of them.
+  if (info.port_span > 1) info.access.job_tag = detail::cat(info.launcher, " ", job_key).substr(0, auth::kMaxPayloadBytes);
   info.host_store = info.rank == 0;
   return info;
 }

@@ -25,6 +25,7 @@ DCOMM_NAMESPACE_BEGIN
 struct LocalRanks {
   std::vector<pid_t> pids;
   std::vector<int> exit_codes;  // -signal for a child killed by a signal
+  std::shared_ptr<StoreServer> store;  // the rendezvous store served here, for as long as the ranks run
 };
 
 // Spawns `ranks` copies of argv with this process's environment, overridden by name with
@@ -68,12 +69,14 @@ inline Result<LocalRanks> spawn_local_ranks(const std::vector<std::string>& argv
                                             const std::vector<std::string>& extra_env = {}) {
   auto id = UniqueId::create();
   if (!id.ok()) return id.status();
-  return spawn_processes(argv, ranks, [&](int r) {
+  auto procs = spawn_processes(argv, ranks, [&](int r) {
     std::vector<std::string> env = {detail::cat("DCOMM_RANK=", r), detail::cat("DCOMM_WORLD_SIZE=", ranks),
                                     detail::cat("DCOMM_LOCAL_RANK=", r), "DCOMM_UNIQUE_ID=" + id->to_string()};
     env.insert(env.end(), extra_env.begin(), extra_env.end());
     return env;
   });
+  if (procs.ok()) procs->store = detail::claim_store(id->address);
+  return procs;
 }
 
 // Waits for every child; after `timeout` kills the ones left and says which.

@@ -6,6 +6,11 @@
 
 #include <dirent.h>
 
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -60,19 +65,29 @@ inline std::string serialize(const PeerInfo& p) {
   return cat(p.rank, "\n", p.hostname, "\n", p.host_id, "\n", p.pid, "\n", p.address, "\n", p.process_id, "\n",
              p.probe_addr, "\n", p.rdma ? 1 : 0, "\n", p.built, "\n");
 }
-inline PeerInfo deserialize(const std::string& text) {
+// A roster entry another rank published: nine lines, each checked (a rank that published
+// garbage is named, it does not crash this one).
+inline Result<PeerInfo> deserialize(const std::string& text) {
   std::istringstream in(text);
+  std::string line[9];
+  for (auto& l : line)
+    if (!std::getline(in, l)) return make_error(ErrorCode::kInternal, "a roster entry with too few lines");
+  auto number = [](const std::string& t, unsigned long long max, unsigned long long* out) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(t.c_str(), &end, 10);
+    if (t.empty() || *end != '\0' || errno != 0 || v > max || t[0] == '-') return false;
+    *out = v;
+    return true;
+  };
   PeerInfo p;
-  std::string line;
-  std::getline(in, line), p.rank = std::stoi(line);
-  std::getline(in, p.hostname);
-  std::getline(in, p.host_id);
-  std::getline(in, line), p.pid = std::stoi(line);
-  std::getline(in, p.address);
-  std::getline(in, line), p.process_id = std::stoull(line);
-  std::getline(in, line), p.probe_addr = std::stoull(line);
-  std::getline(in, line), p.rdma = line == "1";
-  std::getline(in, line), p.built = std::stoi(line);
+  unsigned long long rank = 0, pid = 0, process = 0, probe = 0, rdma = 0, built = 0;
+  if (!number(line[0], INT32_MAX, &rank) || !number(line[3], INT32_MAX, &pid) || !number(line[5], UINT64_MAX, &process) ||
+      !number(line[6], UINT64_MAX, &probe) || !number(line[7], 1, &rdma) || !number(line[8], INT32_MAX, &built))
+    return make_error(ErrorCode::kInternal, "an unreadable roster entry");
+  p.rank = static_cast<int>(rank), p.pid = static_cast<int>(pid), p.process_id = process, p.probe_addr = probe;
+  p.rdma = rdma == 1, p.built = static_cast<int>(built);
+  p.hostname = line[1], p.host_id = line[2], p.address = line[4];
   return p;
 }
 }  // namespace detail
@@ -138,7 +153,10 @@ inline Result<std::vector<PeerInfo>> exchange_roster(StoreClient& store, const s
   for (int r = 0; r < size; ++r) {
     auto info = store.get(detail::cat(prefix, "/info/", r));
     if (!info.ok()) return info.status();
-    peers[static_cast<size_t>(r)] = detail::deserialize(*info);
+    auto peer = detail::deserialize(*info);
+    if (!peer.ok() || peer->rank != r)
+      return make_error(ErrorCode::kInternal, "rank ", r, " published an unreadable roster entry: ", peer.status().message());
+    peers[static_cast<size_t>(r)] = *peer;
   }
   DCOMM_LOG(kInfo, kSubsysBootstrap, rank, "roster of ", size, " ranks complete through the store at ",
             store.server_address().to_string());

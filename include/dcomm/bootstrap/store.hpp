@@ -1,21 +1,27 @@
 // The rendezvous store: a small key-value store over TCP, like torch's TCPStore. One process
 // (rank 0, or whoever made the UniqueId) runs StoreServer in a thread; every rank talks to it
 // through a StoreClient. Ranks publish what others need to connect to them and wait for what
-// they need. get() blocks on the server until the key exists; the client bounds it with a
-// deadline.
+// they need. The protocol and its limits: bootstrap/store_protocol.hpp; every connection first
+// authenticates (bootstrap/auth.hpp).
 //
-// Wire format, all integers little-endian as on the hosts we run on:
-//   greeting: the server sends kStoreGreeting (8 bytes) on accept, so a client that reached
-//             some other service on the port knows at once
-//   request:  u8 op | u32 key_bytes | key | u64 value_bytes | value   (op: 1 set, 2 get, 3 add)
-//   reply:    get -> u64 value_bytes | value;  set -> u8 1;  add -> i64 new value
+// The server serves every client fairly and within bounds: its sockets never block; replies
+// queue per client up to a cap, and a client that leaves them unread (or never finishes
+// authenticating) is dropped after a deadline; connections are limited (at the
+// file-descriptor limit a newcomer is accepted and closed at once, through a spare
+// descriptor, so nothing spins); keys, values and the bytes held are capped, and memory goes
+// back when values are erased or clients leave. A port scan (port_span > 1) finds this job's
+// store by its job tag: a store of another job on the same host refuses the tag.
 #pragma once
 
+#include <fcntl.h>
+#include <malloc.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,51 +29,40 @@
 #include <thread>
 #include <vector>
 
+#include "dcomm/bootstrap/auth.hpp"
 #include "dcomm/bootstrap/socket.hpp"
+#include "dcomm/bootstrap/store_protocol.hpp"
+#include "dcomm/core/bytes.hpp"
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
-namespace detail {
-enum StoreOp : uint8_t { kStoreSet = 1, kStoreGet = 2, kStoreAdd = 3 };
-inline constexpr char kStoreGreeting[8] = {'d', 'c', 'o', 'm', 'm', 'K', 'V', '1'};
-
-template <class T>
-void put_pod(std::string& out, T v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <class T>
-T get_pod(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-// Binary values (UCX worker addresses, RDMA GIDs) as text for the store, and back.
-inline std::string to_hex(const void* data, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    const auto b = static_cast<const unsigned char*>(data)[i];
-    out += digits[b >> 4], out += digits[b & 15];
-  }
-  return out;
-}
-inline std::string from_hex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-  return out;
-}
-}  // namespace detail
+// Who may use a store: the job secret, and the job's tag (empty: any tag).
+struct StoreAccess {
+  JobSecret secret;
+  std::string job_tag;
+};
 
 class StoreServer {
  public:
+  struct Counters {
+    uint64_t accepted = 0, refused_auth = 0, refused_busy = 0, dropped_stalled = 0, dropped_bad = 0, refusals = 0;
+    uint64_t bytes_held = 0;
+    uint64_t clients = 0;
+  };
+
   // Listens on addr (port 0 picks a free port; see address()).
-  static Result<std::shared_ptr<StoreServer>> start(const SocketAddress& addr) {
+  static Result<std::shared_ptr<StoreServer>> start(const SocketAddress& addr, StoreAccess access = {}) {
+    auto limits = StoreLimits::from_env();
+    if (!limits.ok()) return limits.status();
+    return start(addr, std::move(access), *limits);
+  }
+  static Result<std::shared_ptr<StoreServer>> start(const SocketAddress& addr, StoreAccess access, StoreLimits limits) {
     auto listener = listen_on(addr);
     if (!listener.ok()) return listener.status().with_context(detail::cat("rendezvous store on ", addr.to_string()));
-    auto server = std::shared_ptr<StoreServer>(new StoreServer(std::move(*listener)));
+    auto server = std::shared_ptr<StoreServer>(new StoreServer(std::move(*listener), std::move(access), limits));
     server->address_ = {addr.host, bound_port(server->listener_.fd())};
     server->thread_ = std::thread([s = server.get()] { s->serve(); });
     return server;
@@ -79,120 +74,375 @@ class StoreServer {
     }
     if (thread_.joinable()) thread_.join();
     ::close(wake_fd_);
+    if (spare_fd_ >= 0) ::close(spare_fd_);
   }
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
   const SocketAddress& address() const { return address_; }
+  Counters counters() const {
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    return counters_;
+  }
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Client {
+    explicit Client(const StoreLimits& l) : parser(l) {}
+    uint64_t id = 0;
     Socket sock;
-    std::string in;
+    bool authed = false;
+    auth::Nonce nonce{};
+    std::string handshake;         // the response, as it arrives
+    Clock::time_point since;       // connected at
+    std::string out;               // replies queued
+    size_t out_sent = 0;
+    Clock::time_point out_since;   // the queue's last progress
+    StoreRequestParser parser;
+    std::deque<StoreRequest> queue;  // parsed, behind a blocking get
+    bool waiting = false;          // a get is waiting for its key
+    uint64_t wait_seq = 0;
+    bool closing = false;          // flush the queued refusal, then close
   };
-  explicit StoreServer(Socket listener) : listener_(std::move(listener)), wake_fd_(eventfd(0, EFD_NONBLOCK)) {}
+
+  StoreServer(Socket listener, StoreAccess access, StoreLimits limits)
+      : listener_(std::move(listener)), access_(std::move(access)), limits_(limits),
+        wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)), spare_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {
+    if (limits_.max_clients <= 0) {
+      rlimit rl{};
+      const long fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? static_cast<long>(rl.rlim_cur) : 4096;
+      // Leave descriptors for the rest of the process (its own sockets, shared memory, ...).
+      limits_.max_clients = static_cast<int>(std::max(8L, std::min(fds - 64, fds * 3 / 4)));
+    }
+  }
+
+  void count(uint64_t Counters::*field) {
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    ++(counters_.*field);
+  }
+  // A refused or dropped connection: logged, the first few and then every 100th.
+  template <class... Args>
+  void note(uint64_t Counters::*field, const Args&... why) {
+    count(field);
+    const uint64_t n = ++refusals_;
+    if (n <= 5 || n % 100 == 0)
+      DCOMM_LOG(kWarn, kSubsysBootstrap, -1, "rendezvous store ", address_.to_string(), ": ", why...,
+                " (", n, " connections refused or dropped so far)");
+  }
 
   void serve() {
+    std::vector<pollfd> fds;
+    std::vector<uint64_t> ids;
     while (!stop_) {
-      std::vector<pollfd> fds;
-      fds.push_back({listener_.fd(), POLLIN, 0});
+      const auto now = Clock::now();
+      fds.clear(), ids.clear();
       fds.push_back({wake_fd_, POLLIN, 0});
-      for (auto& c : clients_) fds.push_back({c->sock.fd(), POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), 1000) <= 0) continue;
-      if (fds[0].revents & POLLIN) {
-        int fd = ::accept(listener_.fd(), nullptr, nullptr);
-        if (fd >= 0) {
-          detail::tune_socket(fd);
-          auto client = std::make_unique<Client>(Client{Socket(fd), {}});
-          if (reply(client.get(), std::string(detail::kStoreGreeting, sizeof detail::kStoreGreeting)))
-            clients_.push_back(std::move(client));
-        }
+      const bool accepting = now >= accept_pause_until_;
+      fds.push_back({listener_.fd(), static_cast<short>(accepting ? POLLIN : 0), 0});
+      for (auto& [id, c] : clients_) {
+        short ev = 0;
+        // Reads stop while the client has requests waiting behind unread replies.
+        if (!c->closing && !backlogged(*c) && c->queue.size() < kMaxQueued) ev |= POLLIN;
+        if (c->out_sent < c->out.size()) ev |= POLLOUT;
+        fds.push_back({c->sock.fd(), ev, 0});
+        ids.push_back(id);
       }
-      std::vector<Client*> dead;
+      ::poll(fds.data(), fds.size(), accepting ? 200 : 50);
+      if (fds[1].revents & POLLIN) accept_all();
       for (size_t i = 2; i < fds.size(); ++i) {
-        if (!fds[i].revents) continue;
-        Client* c = clients_[i - 2].get();
-        char buf[65536];
-        ssize_t n = ::recv(c->sock.fd(), buf, sizeof buf, 0);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          dead.push_back(c);
-          continue;
-        }
-        if (n > 0) c->in.append(buf, static_cast<size_t>(n));
-        if (!handle_requests(c)) dead.push_back(c);
+        auto it = clients_.find(ids[i - 2]);
+        if (it == clients_.end()) continue;
+        Client& c = *it->second;
+        bool keep = true;
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) keep = read_from(c);
+        if (keep && (c.out_sent < c.out.size())) keep = write_to(c);
+        if (keep && c.closing && c.out_sent == c.out.size()) keep = false;
+        if (!keep) drop(c.id);
       }
-      for (Client* c : dead) drop(c);
+      expire(Clock::now());
     }
   }
 
-  // Serves every complete request buffered from c; false when c must be dropped.
-  bool handle_requests(Client* c) {
-    for (;;) {
-      const std::string& in = c->in;
-      if (in.size() < 5) return true;
-      uint32_t klen = detail::get_pod<uint32_t>(in.data() + 1);
-      if (in.size() < 5 + klen + 8) return true;
-      uint64_t vlen = detail::get_pod<uint64_t>(in.data() + 5 + klen);
-      if (vlen > (1ull << 30)) return false;
-      size_t total = 5 + klen + 8 + vlen;
-      if (in.size() < total) return true;
-      auto op = static_cast<uint8_t>(in[0]);
-      std::string key = in.substr(5, klen);
-      std::string value = in.substr(5 + klen + 8, vlen);
-      c->in.erase(0, total);
-      bool ok = true;
-      if (op == detail::kStoreSet) {
-        data_[key] = value;
-        ok = reply(c, std::string(1, '\1'));
-        auto waiting = waiters_.equal_range(key);
-        for (auto it = waiting.first; it != waiting.second; ++it) reply(it->second, value_reply(value));
-        waiters_.erase(waiting.first, waiting.second);
-      } else if (op == detail::kStoreGet) {
-        auto it = data_.find(key);
-        if (it != data_.end()) ok = reply(c, value_reply(it->second));
-        else waiters_.emplace(key, c);
-      } else if (op == detail::kStoreAdd && value.size() == 8) {
-        int64_t current = 0;
-        auto it = data_.find(key);
-        if (it != data_.end() && it->second.size() == 8) current = detail::get_pod<int64_t>(it->second.data());
-        current += detail::get_pod<int64_t>(value.data());
-        std::string stored;
-        detail::put_pod(stored, current);
-        data_[key] = stored;
-        ok = reply(c, stored);
-      } else {
-        return false;
+  void accept_all() {
+    for (int k = 0; k < 64; ++k) {
+      int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) {
+          // Out of descriptors: refuse the newcomer through the spare one instead of leaving
+          // it in the backlog (poll would report it again at once: a spin).
+          if (spare_fd_ >= 0) {
+            ::close(spare_fd_);
+            int refused = ::accept(listener_.fd(), nullptr, nullptr);
+            if (refused >= 0) ::close(refused);
+            spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+          }
+          note(&Counters::refused_busy, "out of file descriptors (", std::strerror(errno), "): a connection was refused");
+          accept_pause_until_ = Clock::now() + std::chrono::milliseconds(20);
+        }
+        return;
       }
-      if (!ok) return false;
+      if (static_cast<int>(clients_.size()) >= limits_.max_clients) {
+        ::close(fd);
+        note(&Counters::refused_busy, "at its limit of ", limits_.max_clients, " connections (DCOMM_STORE_MAX_CLIENTS)");
+        continue;
+      }
+      detail::tune_socket(fd);
+      auto c = std::make_unique<Client>(limits_);
+      c->id = ++next_id_;
+      c->sock = Socket(fd);
+      c->since = c->out_since = Clock::now();
+      c->nonce = auth::fresh_nonce();
+      c->out = auth::greeting(kStoreMagic, c->nonce);
+      count(&Counters::accepted);
+      clients_.emplace(c->id, std::move(c));
     }
   }
-  static std::string value_reply(const std::string& value) {
-    std::string out;
+
+  // Reads what has arrived; false when the client is to be dropped.
+  bool read_from(Client& c) {
+    char buf[65536];
+    for (int rounds = 0; rounds < 16; ++rounds) {  // then the others get their turn
+      ssize_t n = ::recv(c.sock.fd(), buf, sizeof buf, 0);
+      if (n == 0) return false;
+      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      if (!take(c, buf, static_cast<size_t>(n))) return false;
+      if (c.closing || backlogged(c) || c.queue.size() >= kMaxQueued) return true;
+    }
+    return true;
+  }
+
+  bool take(Client& c, const char* data, size_t n) {
+    if (!c.authed) {
+      c.handshake.append(data, n);
+      auth::Checked v = auth::check_response(access_.secret, kStoreMagic, c.nonce, c.handshake);
+      if (v.verdict == auth::Verdict::kIncomplete) {
+        if (c.handshake.size() > auth::kNonceBytes + 4 + auth::kMaxPayloadBytes + auth::kMacBytes)
+          return note(&Counters::refused_auth, "a connection sent an overlong hello"), false;
+        return true;
+      }
+      if (v.verdict == auth::Verdict::kBad) return note(&Counters::refused_auth, "a connection ", v.why), false;
+      if (!access_.job_tag.empty() && v.payload != access_.job_tag)
+        return note(&Counters::refused_auth, "a client of another job (tag '", v.payload, "') was refused"), false;
+      const auth::Mac proof = auth::acceptor_mac(access_.secret, kStoreMagic, c.nonce, v.nonce_c, v.payload);
+      queue_reply(c, std::string(reinterpret_cast<const char*>(proof.data()), proof.size()));
+      c.authed = true;
+      std::string rest = c.handshake.substr(v.used);
+      c.handshake = std::string();
+      return rest.empty() || take(c, rest.data(), rest.size());
+    }
+    std::vector<StoreRequest> reqs;
+    Status s = c.parser.feed(data, n, reqs);
+    for (auto& r : reqs) c.queue.push_back(std::move(r));
+    serve_queue(c);
+    if (!s.ok()) return refuse_and_close(c, s.message());
+    if (c.parser.buffered() > limits_.max_value_bytes + StoreLimits::kMaxKeyBytes + 64)
+      return refuse_and_close(c, "request larger than the store accepts");
+    return true;
+  }
+
+  bool refuse_and_close(Client& c, const std::string& why) {
+    note(&Counters::dropped_bad, "a client was dropped: ", why);
+    queue_reply(c, detail::store_refusal(why));
+    c.closing = true;
+    c.queue.clear();
+    return true;
+  }
+
+  bool write_to(Client& c) {
+    while (c.out_sent < c.out.size()) {
+      ssize_t n = ::send(c.sock.fd(), c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
+      if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      c.out_sent += static_cast<size_t>(n);
+      c.out_since = Clock::now();
+    }
+    release(c.out);
+    c.out_sent = 0;
+    serve_queue(c);  // what waited behind the backlog
+    return true;
+  }
+
+  void queue_reply(Client& c, std::string_view bytes) {
+    if (c.out_sent == c.out.size()) c.out_since = Clock::now();  // the stall clock starts now
+    c.out.append(bytes);
+  }
+
+  // Answers queued requests in order until one has to wait, or the client's unread replies
+  // reach their cap (the rest are answered as it reads).
+  bool backlogged(const Client& c) const { return c.out.size() - c.out_sent >= limits_.queued_limit(); }
+  void serve_queue(Client& c) {
+    while (!c.waiting && !c.closing && !c.queue.empty() && !backlogged(c)) {
+      StoreRequest r = std::move(c.queue.front());
+      c.queue.pop_front();
+      handle(c, r);
+    }
+  }
+
+  void handle(Client& c, StoreRequest& r) {
+    switch (r.op) {
+      case StoreOp::kSet: {
+        if (!store(r.key, std::move(r.value))) return queue_reply(c, full_refusal());
+        queue_reply(c, std::string(1, '\0'));
+        wake(r.key);
+        return;
+      }
+      case StoreOp::kGet:
+      case StoreOp::kGetOr: {
+        const bool either = r.op == StoreOp::kGetOr;
+        if (auto it = data_.find(r.key); it != data_.end()) return queue_reply(c, value_reply(either, 0, it->second));
+        if (either)
+          if (auto it = data_.find(r.value); it != data_.end()) return queue_reply(c, value_reply(true, 1, it->second));
+        c.waiting = true;
+        ++c.wait_seq;
+        waiters_[r.key].push_back({c.id, c.wait_seq, either, 0});
+        if (either) waiters_[r.value].push_back({c.id, c.wait_seq, true, 1});
+        return;
+      }
+      case StoreOp::kAdd: {
+        int64_t current = 0;
+        if (auto it = data_.find(r.key); it != data_.end() && it->second.size() == 8)
+          current = detail::get_pod<int64_t>(it->second.data());
+        current += detail::get_pod<int64_t>(r.value.data());
+        std::string stored;
+        detail::put_pod(stored, current);
+        if (!store(r.key, stored)) return queue_reply(c, full_refusal());
+        queue_reply(c, std::string(1, '\0') + stored);
+        wake(r.key);
+        return;
+      }
+      case StoreOp::kCheck: return queue_reply(c, std::string(1, '\0') + std::string(1, data_.count(r.key) ? '\1' : '\0'));
+      case StoreOp::kErase: {
+        auto it = data_.find(r.key);
+        const bool existed = it != data_.end();
+        if (existed) {
+          held_ -= it->first.size() + it->second.size();
+          freed_ += it->first.size() + it->second.size();
+          data_.erase(it);
+          update_held();
+        }
+        return queue_reply(c, std::string(1, '\0') + std::string(1, existed ? '\1' : '\0'));
+      }
+    }
+  }
+
+  bool store(const std::string& key, std::string value) {
+    auto it = data_.find(key);
+    const uint64_t old = it == data_.end() ? 0 : key.size() + it->second.size();
+    const uint64_t now = key.size() + value.size();
+    if (held_ - old + now > limits_.max_total_bytes) {
+      note(&Counters::refusals, "full: a set of ", value.size(), " bytes was refused");
+      return false;
+    }
+    if (value.capacity() > value.size() + value.size() / 4 + 64) value.shrink_to_fit();
+    held_ = held_ - old + now;
+    if (it == data_.end()) data_.emplace(key, std::move(value));
+    else freed_ += it->second.size(), it->second = std::move(value);
+    update_held();
+    return true;
+  }
+  std::string full_refusal() const {
+    return detail::store_refusal(detail::cat("the store is full: it holds ", held_, " bytes and its limit is ",
+                                             limits_.max_total_bytes, " (DCOMM_STORE_MAX_BYTES)"));
+  }
+  static std::string value_reply(bool either, uint8_t which, const std::string& value) {
+    std::string out(1, '\0');
+    if (either) out += static_cast<char>(which);
     detail::put_pod<uint64_t>(out, value.size());
     return out + value;
   }
-  static bool reply(Client* c, const std::string& bytes) {
-    return send_all(c->sock.fd(), bytes.data(), bytes.size(), Deadline(std::chrono::milliseconds(5000))).ok();
-  }
-  void drop(Client* c) {
-    for (auto it = waiters_.begin(); it != waiters_.end();) it = it->second == c ? waiters_.erase(it) : std::next(it);
-    std::erase_if(clients_, [c](const std::unique_ptr<Client>& p) { return p.get() == c; });
+
+  // Answers the clients waiting for `key`.
+  void wake(const std::string& key) {
+    auto w = waiters_.find(key);
+    if (w == waiters_.end()) return;
+    std::vector<Waiter> list = std::move(w->second);
+    waiters_.erase(w);
+    const std::string value = data_.at(key);  // a copy: answering may change the store
+    for (const Waiter& wt : list) {
+      auto it = clients_.find(wt.client);
+      if (it == clients_.end()) continue;
+      Client& c = *it->second;
+      if (!c.waiting || c.wait_seq != wt.seq) continue;  // answered already (the other key of a get_or)
+      c.waiting = false;
+      queue_reply(c, value_reply(wt.either, wt.which, value));
+      serve_queue(c);
+    }
   }
 
+  // Clients that never finished authenticating, or leave replies unread, are dropped.
+  void expire(Clock::time_point now) {
+    std::vector<uint64_t> late;
+    for (auto& [id, c] : clients_) {
+      if (!c->authed && now - c->since > std::chrono::milliseconds(limits_.handshake_ms)) {
+        note(&Counters::refused_auth, "a connection did not authenticate within ", limits_.handshake_ms, " ms");
+        late.push_back(id);
+      } else if (c->out_sent < c->out.size() && now - c->out_since > std::chrono::milliseconds(limits_.stall_ms)) {
+        note(&Counters::dropped_stalled, "a client left ", c->out.size() - c->out_sent, " bytes of replies unread for ",
+             limits_.stall_ms, " ms (DCOMM_STORE_STALL_MS)");
+        late.push_back(id);
+      }
+    }
+    for (uint64_t id : late) drop(id);
+  }
+
+  void drop(uint64_t id) {
+    auto it = clients_.find(id);
+    if (it == clients_.end()) return;
+    freed_ += it->second->out.capacity() + it->second->parser.buffered();
+    clients_.erase(it);  // its waiters go lazily (wake() skips unknown clients)
+    update_held();
+  }
+  static void release(std::string& s) {
+    if (s.capacity() > (64u << 10)) std::string().swap(s);
+    else s.clear();
+  }
+  // Counters for tests; memory that large frees left in the heap goes back to the system.
+  void update_held() {
+    if (freed_ > (4u << 20)) {
+      malloc_trim(0);
+      freed_ = 0;
+    }
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    counters_.bytes_held = held_;
+    counters_.clients = clients_.size();
+  }
+
+  static constexpr size_t kMaxQueued = 1024;  // parsed requests waiting per client
+
+  struct Waiter {
+    uint64_t client, seq;
+    bool either;
+    uint8_t which;
+  };
+
   Socket listener_;
+  StoreAccess access_;
+  StoreLimits limits_;
   int wake_fd_;
+  int spare_fd_;
   SocketAddress address_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  std::vector<std::unique_ptr<Client>> clients_;
+  std::map<uint64_t, std::unique_ptr<Client>> clients_;
   std::map<std::string, std::string> data_;
-  std::multimap<std::string, Client*> waiters_;
+  std::map<std::string, std::vector<Waiter>> waiters_;
+  uint64_t next_id_ = 0;
+  uint64_t held_ = 0;
+  uint64_t freed_ = 0;
+  uint64_t refusals_ = 0;
+  Clock::time_point accept_pause_until_{};
+  mutable std::mutex counters_mu_;
+  Counters counters_;
 };
 
 class StoreClient {
  public:
   // Connects to the store at addr, or, with port_span > 1, at the first of ports addr.port ..
-  // addr.port + port_span - 1 that answers with the store's greeting (a port taken by another
-  // service is skipped). Retries until the timeout: the store may not be up yet.
+  // addr.port + port_span - 1 whose store accepts this job (a port taken by another service,
+  // or by another job's store, is skipped). Retries until the timeout: the store may not be up yet.
   static Result<std::unique_ptr<StoreClient>> connect(const SocketAddress& addr, std::chrono::milliseconds timeout,
-                                                      int port_span = 1) {
+                                                      const StoreAccess& access = {}, int port_span = 1) {
+    auto limits = StoreLimits::from_env();
+    if (!limits.ok()) return limits.status();
     Deadline deadline(timeout);
     Status last;
     for (;;) {
@@ -203,11 +453,12 @@ class StoreClient {
           last = s.status();
           continue;
         }
-        char hello[sizeof detail::kStoreGreeting] = {};
-        Status h = recv_all(s->fd(), hello, sizeof hello, Deadline(std::chrono::milliseconds(500)));
-        if (h.ok() && std::memcmp(hello, detail::kStoreGreeting, sizeof hello) == 0)
-          return std::unique_ptr<StoreClient>(new StoreClient(std::move(*s), at, timeout));
-        last = make_error(ErrorCode::kPeerFailure, at.to_string(), " is not a dcomm rendezvous store");
+        Status h = auth::connect_handshake(s->fd(), access.secret, kStoreMagic, access.job_tag,
+                                           Deadline(std::chrono::milliseconds(std::min<long long>(timeout.count(), 2000))));
+        if (h.ok()) return std::unique_ptr<StoreClient>(new StoreClient(std::move(*s), at, timeout, *limits));
+        last = h.with_context(detail::cat("rendezvous store at ", at.to_string()));
+        // A store that refused us is up: with one port to try, waiting will not change that.
+        if (port_span == 1 && h.code() == ErrorCode::kInvalidArgument) return last;
       }
       if (deadline.expired())
         return last.with_context(detail::cat("cannot reach the rendezvous store at ", addr.to_string(),
@@ -218,19 +469,29 @@ class StoreClient {
 
   Status set(const std::string& key, const std::string& value) {
     std::lock_guard<std::mutex> lock(mu_);
-    DCOMM_RETURN_IF_ERROR(request(detail::kStoreSet, key, value));
-    char ack = 0;
-    return receive(&ack, 1, key);
+    DCOMM_RETURN_IF_ERROR(request(StoreOp::kSet, key, value));
+    return receive_status(key);
   }
 
-  // Waits (up to the timeout) until some rank sets `key`.
+  // Waits (up to the timeout) until some rank sets `key`. With an abort key set
+  // (set_abort_key), a rank that gives up during set-up ends the wait at once with its reason.
   Result<std::string> get(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);
-    DCOMM_RETURN_IF_ERROR(request(detail::kStoreGet, key, {}));
+    const bool either = !abort_key_.empty();
+    DCOMM_RETURN_IF_ERROR(either ? request(StoreOp::kGetOr, key, abort_key_) : request(StoreOp::kGet, key, {}));
+    DCOMM_RETURN_IF_ERROR(receive_status(key));
+    uint8_t which = 0;
+    if (either) DCOMM_RETURN_IF_ERROR(receive(&which, 1, key));
     uint64_t len = 0;
     DCOMM_RETURN_IF_ERROR(receive(&len, sizeof len, key));
+    if (len > limits_.max_value_bytes) {
+      sock_.close();
+      return make_error(ErrorCode::kPeerFailure, "rendezvous store ", addr_.to_string(), " sent a ", len,
+                        "-byte value, over the limit of ", limits_.max_value_bytes);
+    }
     std::string value(len, '\0');
     DCOMM_RETURN_IF_ERROR(receive(value.data(), len, key));
+    if (which == 1) return make_error(ErrorCode::kAborted, value);
     return value;
   }
 
@@ -238,11 +499,23 @@ class StoreClient {
     std::lock_guard<std::mutex> lock(mu_);
     std::string v;
     detail::put_pod(v, delta);
-    DCOMM_RETURN_IF_ERROR(request(detail::kStoreAdd, key, v));
+    DCOMM_RETURN_IF_ERROR(request(StoreOp::kAdd, key, v));
+    DCOMM_RETURN_IF_ERROR(receive_status(key));
     int64_t result = 0;
     DCOMM_RETURN_IF_ERROR(receive(&result, sizeof result, key));
     return result;
   }
+  // Whether `key` is set now (no waiting).
+  Result<bool> check(const std::string& key) { return flag_op(StoreOp::kCheck, key); }
+  // Removes `key`; true when it was there.
+  Result<bool> erase(const std::string& key) { return flag_op(StoreOp::kErase, key); }
+
+  // Waits on this key too, from now on: its value, once set, is the reason every wait fails.
+  void set_abort_key(std::string key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    abort_key_ = std::move(key);
+  }
+  const std::string& abort_key() const { return abort_key_; }
 
   const SocketAddress& server_address() const { return addr_; }
   // The IP address this host used to reach the store: routable from the other ranks.
@@ -250,19 +523,38 @@ class StoreClient {
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:
-  StoreClient(Socket s, SocketAddress addr, std::chrono::milliseconds timeout)
-      : sock_(std::move(s)), addr_(std::move(addr)), timeout_(timeout) {}
+  StoreClient(Socket s, SocketAddress addr, std::chrono::milliseconds timeout, const StoreLimits& limits)
+      : sock_(std::move(s)), addr_(std::move(addr)), timeout_(timeout), limits_(limits) {}
 
-  Status request(uint8_t op, const std::string& key, const std::string& value) {
+  Result<bool> flag_op(StoreOp op, const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    DCOMM_RETURN_IF_ERROR(request(op, key, {}));
+    DCOMM_RETURN_IF_ERROR(receive_status(key));
+    uint8_t v = 0;
+    DCOMM_RETURN_IF_ERROR(receive(&v, 1, key));
+    return v != 0;
+  }
+
+  Status request(StoreOp op, const std::string& key, const std::string& value) {
     if (!sock_.valid()) return make_error(ErrorCode::kAborted, "rendezvous store connection was lost earlier");
-    std::string msg(1, static_cast<char>(op));
-    detail::put_pod<uint32_t>(msg, static_cast<uint32_t>(key.size()));
-    msg += key;
-    detail::put_pod<uint64_t>(msg, value.size());
-    msg += value;
+    if (key.size() > StoreLimits::kMaxKeyBytes || value.size() > limits_.max_value_bytes)
+      return make_error(ErrorCode::kOutOfResources, "rendezvous store: a key of ", key.size(), " bytes or a value of ",
+                        value.size(), " bytes is over the store's limits (DCOMM_STORE_MAX_VALUE_BYTES)");
+    const std::string msg = detail::store_request(op, key, value);
     Status s = send_all(sock_.fd(), msg.data(), msg.size(), Deadline(timeout_));
     if (!s.ok()) sock_.close();
     return s.with_context(detail::cat("rendezvous store ", addr_.to_string()));
+  }
+  // The reply's first byte: ok, or the store's refusal and why.
+  Status receive_status(const std::string& key) {
+    uint8_t status = 0;
+    DCOMM_RETURN_IF_ERROR(receive(&status, 1, key));
+    if (status == 0) return {};
+    uint32_t len = 0;
+    DCOMM_RETURN_IF_ERROR(receive(&len, sizeof len, key));
+    std::string why(std::min<uint32_t>(len, 4096), '\0');
+    DCOMM_RETURN_IF_ERROR(receive(why.data(), why.size(), key));
+    return make_error(ErrorCode::kOutOfResources, "rendezvous store ", addr_.to_string(), " refused '", key, "': ", why);
   }
   Status receive(void* buf, size_t bytes, const std::string& key) {
     Status s = recv_all(sock_.fd(), buf, bytes, Deadline(timeout_));
@@ -278,6 +570,8 @@ class StoreClient {
   Socket sock_;
   SocketAddress addr_;
   std::chrono::milliseconds timeout_;
+  StoreLimits limits_;
+  std::string abort_key_;
 };
 
 DCOMM_NAMESPACE_END

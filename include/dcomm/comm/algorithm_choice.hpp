@@ -56,6 +56,12 @@ struct Choice {
 inline Choice choose_algorithm(const CallShape& c, const Config& config, bool single_copy,
                                const LinkModel& link = LinkModel{}) {
   if (c.ranks < 2 || c.count == 0) return {Algorithm::kRing, "trivial"};
+  // Reductions in one fixed order: direct folds in rank order too, for what fits its slots.
+  if (config.deterministic && has_reduction(c.kind)) {
+    const bool direct = c.kind == OpKind::kAllReduce && c.ranks <= kAllPeerMaxRanks &&
+                        c.bytes() <= std::min({config.direct_bytes, kDirectMaxBytes, config.slot_bytes});
+    return {direct ? Algorithm::kDirect : Algorithm::kOrdered, "DCOMM_DETERMINISTIC"};
+  }
   const auto allowed = candidates(c, config, single_copy);
   auto can = [&](Algorithm a) { return std::find(allowed.begin(), allowed.end(), a) != allowed.end(); };
   const std::string& forced = config.algo[static_cast<size_t>(algo_index(c.kind))];

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,7 @@
 #include "dcomm/algo/chain.hpp"
 #include "dcomm/algo/direct.hpp"
 #include "dcomm/algo/hierarchical.hpp"
+#include "dcomm/algo/ordered.hpp"
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/algo/recursive.hpp"
 #include "dcomm/algo/ring.hpp"
@@ -73,6 +75,29 @@ inline LocalGroups& local_groups() {
 
 template <class S, class R>
 concept SameElement = std::same_as<std::remove_const_t<S>, R>;
+
+// One thread at a time in a communicator's calls: a second thread that enters while a call is
+// in progress gets an error that says so, instead of corrupting the first call. One atomic
+// exchange on entry, one store on the way out.
+class CallGuard {
+ public:
+  explicit CallGuard(std::atomic<bool>& busy) : busy_(busy), entered_(!busy.exchange(true, std::memory_order_acquire)) {}
+  ~CallGuard() {
+    if (entered_) busy_.store(false, std::memory_order_release);
+  }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+  bool entered() const { return entered_; }
+  static Status refusal(const char* what, int rank) {
+    return invalid_argument(what, " on rank ", rank, ": another thread is inside a call on this communicator; a ",
+                            "communicator is driven by one thread at a time (use one communicator per thread, or "
+                            "the *_async calls from one thread)");
+  }
+
+ private:
+  std::atomic<bool>& busy_;
+  bool entered_;
+};
 }  // namespace detail
 
 class Communicator {
@@ -87,15 +112,22 @@ class Communicator {
     if (!launch.ok()) return launch.status();
     std::shared_ptr<StoreServer> server;
     if (launch->host_store) {
-      auto s = detail::serve_store(launch->rendezvous.port, launch->port_span);
+      // On the rendezvous address itself (the interface the other ranks reach), not on every
+      // interface of the host.
+      auto s = detail::serve_store(detail::bind_host_for(launch->rendezvous.host), launch->rendezvous.port,
+                                   launch->port_span, launch->access);
       if (!s.ok())
         return s.status().with_context(detail::cat(launch->launcher, " rank 0 cannot serve the rendezvous on port ",
                                                    launch->rendezvous.port, " (set DCOMM_COMM_ID=host:port to a free port)"));
-      server = *s;
+      server = detail::claim_store((*s)->address().port);
+    } else if (launch->nonce) {
+      server = detail::claim_store(launch->rendezvous);
     }
+    auth::note_unauthenticated(launch->access.secret, launch->rank, detail::cat(launch->launcher, " start").c_str());
     static std::atomic<int> env_count{0};
     std::string prefix = launch->nonce ? hex(launch->nonce) : detail::cat("env", env_count++);
-    return create(launch->rank, launch->size, launch->rendezvous, prefix, *config, server, launch->port_span);
+    return create(launch->rank, launch->size, launch->rendezvous, prefix, *config, server, launch->access,
+                  launch->port_span);
   }
 
   // NCCL style: every rank passes the same id (made by UniqueId::create on one of them).
@@ -105,7 +137,7 @@ class Communicator {
     return init(rank, size, id, *config);
   }
   static Result<std::unique_ptr<Communicator>> init(int rank, int size, const UniqueId& id, const Config& config) {
-    return create(rank, size, id.address, hex(id.nonce), config, nullptr);
+    return create(rank, size, id.address, hex(id.nonce), config, detail::claim_store(id.address), {id.secret, {}});
   }
 
   // `size` ranks as threads of this process (tests; one process driving several devices).
@@ -150,7 +182,7 @@ class Communicator {
     std::sort(members.begin(), members.end());
     int new_rank = static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
     std::string prefix = detail::cat(prefix_, "s", seq, "c", color);
-    return create(new_rank, static_cast<int>(members.size()), store_->server_address(), prefix, config_, server_);
+    return create(new_rank, static_cast<int>(members.size()), store_->server_address(), prefix, config_, server_, access_);
   }
 
   ~Communicator() {
@@ -330,21 +362,35 @@ class Communicator {
 
   static Result<std::unique_ptr<Communicator>> create(int rank, int size, const SocketAddress& rendezvous,
                                                       const std::string& prefix, const Config& config,
-                                                      std::shared_ptr<StoreServer> server, int port_span = 1) {
+                                                      std::shared_ptr<StoreServer> server, const StoreAccess& access,
+                                                      int port_span = 1) {
     if (size < 1) return invalid_argument("communicator size ", size, " must be at least 1");
     if (rank < 0 || rank >= size) return invalid_argument("rank ", rank, " is out of range for ", size, " ranks");
     std::unique_ptr<Communicator> c(new Communicator());
+    c->access_ = access;
     Status s = c->bootstrap(rank, size, rendezvous, port_span, prefix, config, std::move(server));
-    if (!s.ok()) return s.with_context(detail::cat("init of rank ", rank, " of ", size));
+    if (!s.ok()) {
+      // A rank that gave up first is the cause (this one may only have tripped over what it
+      // left, a FIFO it removed, say); else this rank's failure is, and the others, which may
+      // be waiting for it in set-up, learn it from the store at once.
+      if (c->store_ && s.code() != ErrorCode::kAborted)
+        if (Status first = c->setup_abort(); !first.ok()) s = first;
+      s = s.with_context(detail::cat("init of rank ", rank, " of ", size));
+      if (c->store_ && s.code() != ErrorCode::kAborted)
+        c->store_->set(prefix + "/abort", detail::cat("rank ", rank, " gave up during set-up: ", s.message())).ignore();
+      c->linger_for_peers();
+      return s;
+    }
     return c;
   }
 
   Status bootstrap(int rank, int size, const SocketAddress& rendezvous, int port_span, const std::string& prefix,
                    const Config& config, std::shared_ptr<StoreServer> server) {
     rank_ = rank, size_ = size, prefix_ = prefix, config_ = config, server_ = std::move(server);
-    auto store = StoreClient::connect(rendezvous, config.timeout, port_span);
+    auto store = StoreClient::connect(rendezvous, config.timeout, access_, port_span);
     if (!store.ok()) return store.status();
     store_ = std::move(*store);
+    store_->set_abort_key(prefix + "/abort");
 
     std::string ip = config.socket_ifname.empty() ? store_->local_address() : "";
     if (!config.socket_ifname.empty()) {
@@ -352,7 +398,8 @@ class Communicator {
       if (!i.ok()) return i.status();
       ip = *i;
     }
-    auto listener = listen_on({"0.0.0.0", 0});
+    // The mesh listens on the address it publishes, not on every interface.
+    auto listener = listen_on({ip, 0});
     if (!listener.ok()) return listener.status();
     PeerInfo self = make_self_info(rank, detail::cat(ip, ":", bound_port(listener->fd())));
     auto peers = exchange_roster(*store_, prefix, size, self);
@@ -394,7 +441,8 @@ class Communicator {
       need_proxy |= plan.control[up] || proxied(kinds_[up]);
     }
     uint64_t nonce = std::hash<std::string>{}(prefix);
-    auto mesh = build_mesh(rank, nonce, peers_, plan, *listener, config.timeout);
+    auto mesh = build_mesh(rank, nonce, peers_, plan, *listener, config.timeout, access_.secret,
+                           [this]() -> Status { return setup_abort(); });
     if (!mesh.ok()) return mesh.status();
     if (need_proxy) {
       proxy_ = std::make_unique<Proxy>(rank, peers_, abort_);
@@ -454,12 +502,12 @@ class Communicator {
     double fit[3] = {0, 0, 0};  // alpha_us, beta_us_per_byte, gamma_us_per_byte
     bool loaded = false;
     if (!file.empty()) {
-      if (FILE* f = std::fopen(file.c_str(), "r")) {
-        double file_load = 0;
-        loaded = std::fscanf(f, "load %lf alpha_us %lf beta_us_per_byte %lf gamma_us_per_byte %lf", &file_load, &fit[0],
-                             &fit[1], &fit[2]) == 4 &&
-                 std::abs(file_load - load) < 1e-9;
-        std::fclose(f);
+      std::ifstream in(file);
+      std::string line;
+      std::getline(in, line);
+      if (auto f = parse_link_model(line); f && std::abs(f->load - load) < 1e-9) {
+        fit[0] = f->alpha_us, fit[1] = f->beta_us_per_byte, fit[2] = f->gamma_us_per_byte;
+        loaded = true;
       }
     }
     // Every rank must agree whether to measure: the file may exist on some hosts only.
@@ -470,11 +518,7 @@ class Communicator {
     DCOMM_RETURN_IF_ERROR(all_reduce(fit, agreed, 3, DataType::kFloat64, ReduceOp::kMax));
     link_.alpha_us = agreed[0], link_.beta_us_per_byte = agreed[1], link_.gamma_us_per_byte = agreed[2];
     if (any_need && !file.empty() && rank_ == 0) {
-      if (FILE* f = std::fopen(file.c_str(), "w")) {
-        std::fprintf(f, "load %.17g alpha_us %.17g beta_us_per_byte %.17g gamma_us_per_byte %.17g\n", load, agreed[0],
-                     agreed[1], agreed[2]);
-        std::fclose(f);
-      }
+      std::ofstream(file) << format_link_model({load, agreed[0], agreed[1], agreed[2]});
     }
     DCOMM_LOG(kInfo, kSubsysTuning, rank_, any_need ? "measured" : "loaded", " link model: step ", link_.alpha_us,
               " us, ", 1e-3 / link_.beta_us_per_byte, " GB/s a link, reduction ", 1e-3 / link_.gamma_us_per_byte, " GB/s");
@@ -597,8 +641,9 @@ class Communicator {
       auto conn = transports_[static_cast<size_t>(p)]->connect(ctx(p));
       if (!conn.ok()) return conn.status();
       const PeerInfo& peer = peers_[static_cast<size_t>(p)];
-      ports_[static_cast<size_t>(p)] = std::make_unique<PeerPort>(std::move(*conn), &peer, abort_.get(), &config_,
-                                                                  peer.process_id == peers_[static_cast<size_t>(rank_)].process_id);
+      ports_[static_cast<size_t>(p)] = std::make_unique<PeerPort>(
+          std::move(*conn), &peer, abort_.get(), &config_,
+          peer.process_id == peers_[static_cast<size_t>(rank_)].process_id, &call_stamp_, rank_, &directory_);
       DCOMM_LOG(kInfo, kSubsysTransport, rank_, "connected to ", peers_[static_cast<size_t>(p)].describe(), " via ",
                 transports_[static_cast<size_t>(p)]->name());
     }
@@ -615,19 +660,39 @@ class Communicator {
         if (auto a = weak.lock(); a && r != rank_) local.push_back(a);
     }
     for (auto& a : local)
-      a->abort(make_error(ErrorCode::kPeerFailure, peers_[static_cast<size_t>(rank_)].describe(),
+      a->abort(make_error(remote_abort_code(why.code()), peers_[static_cast<size_t>(rank_)].describe(),
                           " aborted the communicator: ", why.message()),
                /*notify_peers=*/false);
   }
 
   Status execute(const OpDesc& d) {
+    detail::CallGuard guard(in_call_);
+    if (!guard.entered()) return guard.refusal(to_string(d.kind), rank_);
     DCOMM_RETURN_IF_ERROR(precheck(d));
     return executor_.run_blocking([this, &d] { return run(d); });
   }
   Work execute_async(OpDesc d) {
+    detail::CallGuard guard(in_call_);
+    if (!guard.entered()) return Work::completed(guard.refusal(to_string(d.kind), rank_));
     Status s = precheck(d);
     if (!s.ok()) return Work::completed(s);
     return executor_.submit([this, d = std::move(d)] { return run(d); });
+  }
+  // A failed set-up on the rank that serves the store: the other ranks learn why from it, so
+  // it stays up until they have left it (at most 2 s).
+  void linger_for_peers() {
+    if (!server_) return;
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    while (server_->counters().clients > (store_ ? 1u : 0u) && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // A rank that gave up during set-up left its reason in the store (ok when none did, or
+  // when the store cannot say).
+  Status setup_abort() {
+    auto set = store_->check(prefix_ + "/abort");
+    if (!set.ok() || !*set) return {};
+    auto why = store_->get(prefix_ + "/abort");
+    return make_error(ErrorCode::kAborted, why.ok() ? *why : why.status().message());
   }
   Status precheck(const OpDesc& d) const {
     Status s = validate(d, rank_, size_);
@@ -641,10 +706,29 @@ class Communicator {
   // rank sends anything, so they fail the call and abort nothing.
   Status run(const OpDesc& d) {
     Status s = dispatch(d);
+    abort_->end_call();
     if (s.ok()) return s;
+    if (s.code() == ErrorCode::kTimeout) s = blame_silent_peers(s);
     if (!abort_->aborted() && s.code() != ErrorCode::kOutOfResources)
       abort_->abort(s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_)));
     return s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_));
+  }
+
+  // A wait reached its deadline. The peer it waited for may itself be waiting for a rank that
+  // stopped (SIGSTOP, a hang, a dead host): the ranks whose heartbeats stopped are the ones to
+  // name, and every survivor sees the same silence, so all name the same ranks.
+  Status blame_silent_peers(const Status& timeout) const {
+    if (!proxy_) return timeout;
+    const auto silence = std::chrono::milliseconds(
+        std::max<long long>(4 * kHeartbeatMs, std::min<long long>(config_.timeout.count() / 2, 5000)));
+    const auto stale = proxy_->stale_peers(silence);
+    if (stale.empty()) return timeout;
+    std::string who;
+    for (const auto& [p, ms] : stale)
+      who += detail::cat(who.empty() ? "" : "; ", peers_[static_cast<size_t>(p)].describe(), ": nothing from it for ", ms,
+                         " ms");
+    return make_error(ErrorCode::kPeerFailure, stale.size() == 1 ? "a rank stopped responding (" : "ranks stopped responding (",
+                      who, "): stopped, hung or cut off; while this rank waited: ", timeout.message());
   }
 
   Status dispatch(const OpDesc& d) {
@@ -654,12 +738,21 @@ class Communicator {
       for (const auto& op : d.p2p) peers.push_back(op.peer);
       DCOMM_RETURN_IF_ERROR(connect_peers(peers));
       DCOMM_LOG(kTrace, kSubsysP2P, rank_, "batch of ", d.p2p.size(), " send/recv");
-      return run_p2p(d.p2p, rank_, port_table(), config_);
+      call_stamp_ = call_stamp(OpKind::kPointToPoint, DataType::kUint8, ReduceOp::kSum, d.p2p.size(), 0, 0);
+      abort_->publish_call(call_stamp_, true);
+      return run_p2p(d.p2p, rank_, port_table(), config_, /*message_stamps=*/true);
     }
+    // Every slot of this call carries its stamp; the collectives are numbered alike on every rank.
+    call_stamp_ = call_stamp(d.kind, d.type, d.op, d.count, d.root, call_seq_++);
+    abort_->publish_call(call_stamp_, true);
     if (d.kind == OpKind::kBarrier) {
       uint8_t token = 0, out = 0;
-      return dispatch({OpKind::kAllReduce, &token, &out, 1, DataType::kUint8, ReduceOp::kMax});
+      return run_collective({OpKind::kAllReduce, &token, &out, 1, DataType::kUint8, ReduceOp::kMax});
     }
+    return run_collective(d);
+  }
+
+  Status run_collective(const OpDesc& d) {
     auto reducer = make_host_reducer(d.type, d.op, size_);
     if (!reducer.ok()) return reducer.status();
     const size_t eb = reducer->elem_bytes;
@@ -674,6 +767,13 @@ class Communicator {
       case Algorithm::kDirect:
         DCOMM_RETURN_IF_ERROR(connect_all());
         return direct_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count);
+      case Algorithm::kOrdered:
+        DCOMM_RETURN_IF_ERROR(connect_all());
+        if (d.kind == OpKind::kReduceScatter)
+          return ordered_reduce_scatter(all_ports_, rank_, *reducer, d.send, d.recv, d.count, scratch_, config_);
+        if (d.kind == OpKind::kReduce)
+          return ordered_reduce(all_ports_, rank_, d.root, *reducer, d.send, d.recv, d.count, scratch_, config_);
+        return ordered_all_reduce(all_ports_, rank_, *reducer, d.send, d.recv, d.count, scratch_, config_);
       case Algorithm::kSingleCopy:
       case Algorithm::kSingleCopyIfRegistered: {
         DCOMM_RETURN_IF_ERROR(connect_all());
@@ -798,6 +898,28 @@ class Communicator {
   LinkModel link_;                    // the cost model's link parameters (agree_on_host_facts)
   bool single_copy_ = false;          // every rank can read every other's memory (agree_on_host_facts)
   int split_count_ = 0;
+  StoreAccess access_;                // the job secret and tag every connection of this communicator uses
+  CallStamp call_stamp_;              // the call in progress, as its slots carry it (PeerPort reads it)
+  uint32_t call_seq_ = 0;             // collectives so far: the same count on every rank
+  std::atomic<bool> in_call_{false};  // a thread is inside a call (detail::CallGuard)
+  // Which call a peer is in, for a wait on it that stalls: threads of this process are looked
+  // up directly, other processes asked over the control sockets.
+  struct Directory final : CallDirectory {
+    Communicator* c;
+    explicit Directory(Communicator* comm) : c(comm) {}
+    std::optional<AbortState::CallInfo> call_of(int peer, std::chrono::milliseconds within) override {
+      if (peer < 0 || peer >= c->size_) return std::nullopt;
+      if (c->peers_[static_cast<size_t>(peer)].process_id == c->peers_[static_cast<size_t>(c->rank_)].process_id) {
+        std::lock_guard<std::mutex> lock(detail::local_groups().mu);
+        auto& group = detail::local_groups().groups[c->prefix_];
+        auto it = group.find(peer);
+        if (it == group.end()) return std::nullopt;
+        auto state = it->second.lock();
+        return state ? std::optional(state->current_call()) : std::nullopt;
+      }
+      return c->proxy_ ? c->proxy_->query_call(peer, within) : std::nullopt;
+    }
+  } directory_{this};
   Executor executor_;  // last: its worker is joined before anything it uses is destroyed
 };
 

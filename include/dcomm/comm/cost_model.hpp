@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
+#include <optional>
 #include <string>
 
 #include "dcomm/comm/op.hpp"
@@ -27,7 +29,8 @@ enum class Algorithm {
   kHalvingDoubling,
   kTree,
   kDoubleTree,
-  kHierarchical
+  kHierarchical,
+  kOrdered  // DCOMM_DETERMINISTIC: algo/ordered.hpp
 };
 
 inline const char* to_string(Algorithm a) {
@@ -42,6 +45,7 @@ inline const char* to_string(Algorithm a) {
     case Algorithm::kTree: return "tree";
     case Algorithm::kDoubleTree: return "double_tree";
     case Algorithm::kHierarchical: return "hierarchical";
+    case Algorithm::kOrdered: return "ordered";
   }
   return "?";
 }
@@ -96,6 +100,29 @@ struct LinkModel {
   }
 };
 
+// DCOMM_LINK_MODEL_FILE's one line: the load it was measured under and the three fitted
+// values. Nothing when the text is not that line or a value is not a positive finite number.
+struct LinkModelFile {
+  double load = 0, alpha_us = 0, beta_us_per_byte = 0, gamma_us_per_byte = 0;
+};
+inline std::string format_link_model(const LinkModelFile& f) {
+  char line[256];
+  std::snprintf(line, sizeof line, "load %.17g alpha_us %.17g beta_us_per_byte %.17g gamma_us_per_byte %.17g\n", f.load,
+                f.alpha_us, f.beta_us_per_byte, f.gamma_us_per_byte);
+  return line;
+}
+inline std::optional<LinkModelFile> parse_link_model(const std::string& text) {
+  LinkModelFile f;
+  int used = 0;
+  if (std::sscanf(text.c_str(), "load %lf alpha_us %lf beta_us_per_byte %lf gamma_us_per_byte %lf %n", &f.load, &f.alpha_us,
+                  &f.beta_us_per_byte, &f.gamma_us_per_byte, &used) != 4)
+    return std::nullopt;
+  if (text.find_first_not_of(" \t\r\n", static_cast<size_t>(used)) != std::string::npos) return std::nullopt;
+  for (double v : {f.load, f.alpha_us, f.beta_us_per_byte, f.gamma_us_per_byte})
+    if (!std::isfinite(v) || v <= 0) return std::nullopt;
+  return f;
+}
+
 // How much slower than its byte count says each schedule over all peers moved data, against
 // the ring (8 ranks, 4-32 MiB, this machine): they receive into a buffer and reduce in a second
 // pass where the ring's primitives fuse both, and their exchanges are not pipelined across
@@ -124,6 +151,7 @@ inline double predict_hierarchical_us(const CallShape& c, const LinkModel& m) {
 // bytes are costed at the network's parameters.
 inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in) {
   if (a == Algorithm::kHierarchical) return c.hosts > 1 ? predict_hierarchical_us(c, m_in) : 1e300;
+  if (a == Algorithm::kOrdered) return predict_us(Algorithm::kRabenseifner, c, m_in);  // two exchanges, ring's bytes
   LinkModel m = m_in;
   if (c.hosts > 1) {
     // A ring ordered by host crosses each host's network link once; the other schedules have

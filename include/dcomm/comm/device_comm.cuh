@@ -347,7 +347,7 @@ class DeviceCommunicator {
       DCOMM_RETURN_IF_ERROR(cuda_status(cudaIpcGetMemHandle(&where.ipc, device_arena_), "cudaIpcGetMemHandle"));
     where.device_arena = reinterpret_cast<uintptr_t>(device_arena_);
     if (any_host) {
-      shm_name_ = detail::cat("/dcomm-cuda-", getpid(), "-", me, "-", reinterpret_cast<uintptr_t>(this));
+      shm_name_ = "/" + detail::unique_shm_name(detail::cat("cuda", me));
       DCOMM_RETURN_IF_ERROR(map_host_arena(shm_name_, true, &host_arena_));
       std::snprintf(where.shm_name, sizeof where.shm_name, "%s", shm_name_.c_str());
       where.host_arena = 1;

@@ -50,21 +50,21 @@ inline int agree_device_channels(const std::vector<DeviceRankFacts>& facts, std:
   int requested = 0;
   for (const auto& f : facts)
     if (f.requested_channels > 0) requested = requested == 0 ? f.requested_channels : std::min(requested, f.requested_channels);
-  int by_gpus = kMaxDeviceChannels, resident = kMaxDeviceChannels;
+  long long by_gpus = kMaxDeviceChannels, resident = kMaxDeviceChannels;  // 64-bit: facts are another rank's numbers
   for (size_t r = 0; r < facts.size(); ++r) {
-    const int sharing = ranks_sharing_gpu(facts, r);
-    by_gpus = std::min(by_gpus, std::max(1, facts[r].sms / sharing));
+    const long long sharing = ranks_sharing_gpu(facts, r), sms = std::max(0, facts[r].sms);
+    by_gpus = std::min(by_gpus, std::max(1LL, sms / sharing));
     // Every block of every sharing rank at once; a GPU that reported no residency holds one
     // block per multiprocessor at least (any kernel that launches does).
-    const int per_sm = std::max(1, facts[r].resident_per_sm);
-    resident = std::min(resident, std::max(1, facts[r].sms * per_sm / sharing));
+    const long long per_sm = std::max(1, facts[r].resident_per_sm);
+    resident = std::min(resident, std::max(1LL, sms * per_sm / sharing));
   }
-  int channels = requested > 0 ? requested : by_gpus;
+  long long channels = requested > 0 ? requested : by_gpus;
   std::string reason = requested > 0 ? "DCOMM_CUDA_CHANNELS" : "multiprocessors per rank sharing a GPU";
   if (channels > resident) channels = resident, reason = "blocks resident at once on the GPU (over the ranks sharing it)";
   if (channels > kMaxDeviceChannels) channels = kMaxDeviceChannels, reason = "the most channels a FIFO arena holds";
   if (why) *why = reason;
-  return std::max(1, channels);
+  return static_cast<int>(std::max(1LL, channels));
 }
 
 // Everything that shapes the FIFO arenas must match: a rank with other DCOMM_CUDA_SLOTS or

@@ -6,26 +6,12 @@
 #include <vector>
 
 #include "dcomm/algo/p2p.hpp"
+#include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/types.hpp"
 
 DCOMM_NAMESPACE_BEGIN
-
-enum class OpKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kPointToPoint, kBarrier };
-
-inline const char* to_string(OpKind k) {
-  switch (k) {
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kReduce: return "reduce";
-    case OpKind::kPointToPoint: return "send/recv";
-    case OpKind::kBarrier: return "barrier";
-  }
-  return "?";
-}
 
 struct OpDesc {
   OpDesc(OpKind k, const void* s = nullptr, void* r = nullptr, size_t n = 0, DataType t = DataType::kUint8,
@@ -41,10 +27,6 @@ struct OpDesc {
   int root = 0;
   std::vector<P2POp> p2p;
 };
-
-inline bool has_reduction(OpKind k) {
-  return k == OpKind::kAllReduce || k == OpKind::kReduceScatter || k == OpKind::kReduce;
-}
 
 inline Status validate(const OpDesc& d, int rank, int size) {
   auto bad = [&](auto... why) { return invalid_argument(why...); };

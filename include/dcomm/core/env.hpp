@@ -3,8 +3,11 @@
 #pragma once
 
 #include <array>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "dcomm/core/config.hpp"
@@ -12,7 +15,30 @@
 
 DCOMM_NAMESPACE_BEGIN
 
+// Where settings come from: the process environment, or, on one thread for a scope, a table
+// (EnvTable: the fuzz targets and tests feed the parsers that way, leaving the environment alone).
+namespace detail {
+inline const std::map<std::string, std::string>*& env_table() {
+  static thread_local const std::map<std::string, std::string>* table = nullptr;
+  return table;
+}
+}  // namespace detail
+class EnvTable {
+ public:
+  explicit EnvTable(const std::map<std::string, std::string>& t) : saved_(detail::env_table()) { detail::env_table() = &t; }
+  ~EnvTable() { detail::env_table() = saved_; }
+  EnvTable(const EnvTable&) = delete;
+  EnvTable& operator=(const EnvTable&) = delete;
+
+ private:
+  const std::map<std::string, std::string>* saved_;
+};
+
 inline std::string env_or(const char* name, std::string fallback = {}) {
+  if (const auto* t = detail::env_table()) {
+    auto it = t->find(name);
+    return it != t->end() && !it->second.empty() ? it->second : fallback;
+  }
   const char* v = std::getenv(name);
   return (v && *v) ? std::string(v) : fallback;
 }
@@ -30,6 +56,7 @@ inline Result<long long> parse_size(const std::string& text, const char* what) {
   else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1LL << 20;
   else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1LL << 30;
   else if (!suffix.empty()) return invalid_argument(what, "='", text, "' has an unknown suffix '", suffix, "'");
+  if (v > LLONG_MAX / mult || v < LLONG_MIN / mult) return invalid_argument(what, "='", text, "' is too large");
   return v * mult;
 }
 
@@ -135,6 +162,9 @@ struct Config {
   // DCOMM_TEST_CYCLIC_HOSTS: for tests, rank r is on pretended host r % k (as mpirun
   // --map-by node places them); 0 = off.
   int test_cyclic_hosts = 0;
+  // DCOMM_DETERMINISTIC=1: every reduction folds the ranks' contributions in rank order
+  // (algo/ordered.hpp), so its bits do not depend on the algorithm, sizes or timing.
+  bool deterministic = false;
 
   static Result<Config> from_env() {
     Config c;
@@ -177,6 +207,9 @@ struct Config {
     auto algo = parse_algo(env_or("DCOMM_ALGO"));
     if (!algo.ok()) return algo.status();
     c.algo = *algo;
+    const std::string det = env_or("DCOMM_DETERMINISTIC", "0");
+    if (det != "0" && det != "1") return invalid_argument("DCOMM_DETERMINISTIC='", det, "' is not 0 or 1");
+    c.deterministic = det == "1";
     c.socket_ifname = env_or("DCOMM_SOCKET_IFNAME");
     c.shm_dir = env_or("DCOMM_SHM_DIR", c.shm_dir);
     return c;

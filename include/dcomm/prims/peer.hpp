@@ -2,6 +2,10 @@
 // primitive follows: spin, then yield, then sleep (core/wait.hpp); give up when the
 // communicator is aborted, when the peer has closed its side, or when the deadline passes
 // with no progress. Errors name the peer.
+//
+// Every slot it sends carries the stamp of the call it belongs to (core/call.hpp), and every
+// slot it takes is checked against this rank's call first: ranks that make different calls
+// fail, naming both calls, instead of mixing their data.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +13,7 @@
 #include <memory>
 #include <optional>
 
+#include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
@@ -20,18 +25,29 @@
 
 DCOMM_NAMESPACE_BEGIN
 
+// How long a wait stalls before it asks which call the peer is in: a second, or a quarter
+// of the deadline when that is shorter.
+inline std::chrono::milliseconds stall_threshold(const Config& c) {
+  return std::chrono::milliseconds(std::max<long long>(50, std::min<long long>(1000, c.timeout.count() / 4)));
+}
+
 class PeerPort {
  public:
-  // same_process: the peer is a thread of this process (its addresses are ours).
+  // same_process: the peer is a thread of this process (its addresses are ours). `call`: the
+  // stamp of the call this rank is in (the communicator's; it changes with every call).
+  // `directory`: asked which call the peer is in when a wait on it stalls (may be null).
   PeerPort(std::unique_ptr<Connection> conn, const PeerInfo* info, const AbortState* abort, const Config* config,
-           bool same_process)
+           bool same_process, const CallStamp* call, int self_rank, CallDirectory* directory = nullptr)
       : conn_(std::move(conn)),
         out_(conn_->send_fifo()),
         in_(conn_->recv_fifo()),
         info_(info),
         abort_(abort),
         config_(config),
-        same_process_(same_process) {}
+        same_process_(same_process),
+        call_(call),
+        self_rank_(self_rank),
+        directory_(directory) {}
 
   const PeerInfo& info() const { return *info_; }
   Connection& connection() const { return *conn_; }
@@ -48,8 +64,10 @@ class PeerPort {
     *slot = out_.payload(out_.tail(std::memory_order_relaxed), bytes);
     return true;
   }
-  void commit_send(size_t bytes) {
-    out_.commit(bytes);
+  // `stamp`: a point-to-point message's own (else the call's).
+  void commit_send(size_t bytes, const CallStamp* stamp = nullptr) {
+    const CallStamp& s = stamp ? *stamp : *call_;
+    out_.commit(bytes, s);
     conn_->notify();
   }
   // Sends one message of at most a slot (copied in whole).
@@ -64,12 +82,13 @@ class PeerPort {
   // Consumer side: the next slot's data; release_recv() hands the slot back.
   Result<const char*> acquire_recv(size_t expected_bytes) {
     DCOMM_RETURN_IF_ERROR(wait([this] { return in_.ready(recv_head_); }, /*sending=*/false));
-    return checked_slot(expected_bytes);
+    return checked_slot(expected_bytes, nullptr);
   }
-  // False when nothing has arrived; an error slot size is reported through *status.
-  bool try_acquire_recv(size_t expected_bytes, const char** slot, Status* status) const {
+  // False when nothing has arrived; a slot of another call, or of another size, is reported
+  // through *status. `expect`: the message's stamp for a point-to-point receive.
+  bool try_acquire_recv(size_t expected_bytes, const char** slot, Status* status, const CallStamp* expect = nullptr) const {
     if (!in_.ready(recv_head_)) return false;
-    auto r = checked_slot(expected_bytes);
+    auto r = checked_slot(expected_bytes, expect);
     if (!r.ok()) *status = r.status();
     else *slot = *r;
     return true;
@@ -129,6 +148,30 @@ class PeerPort {
                         sending ? "sends to it" : "expects data from it");
     return {};
   }
+  // A wait that has stalled for a while asks which call the peer is in. If the peer is in,
+  // or has just made, the call of this number with other arguments (a root, say), the ranks'
+  // calls differ, which no slot may ever show (ranks that only wait on each other): kAborted,
+  // naming both. A peer merely ahead (it finished its part; the data is on its way) or behind
+  // proves nothing, and the wait goes on.
+  Status diagnose_stall(bool sending) const {
+    if (!directory_) return {};
+    const auto peer = directory_->call_of(info_->rank, std::chrono::milliseconds(300));
+    if (!peer) return {};
+    const CallStamp& mine = *call_;
+    const uint64_t my_seq = mine.a >> 32;
+    auto collective = [](const CallStamp& s) {
+      return s.a != 0 && (s.a & 15u) != static_cast<uint64_t>(OpKind::kPointToPoint) + 1;
+    };
+    for (const CallStamp& theirs : {peer->stamp, peer->previous}) {
+      if (!collective(theirs) || (theirs.a >> 32) != my_seq || theirs == mine) continue;
+      return make_error(ErrorCode::kAborted, "rank ", info_->rank,
+                        theirs == peer->stamp && peer->in_call ? " is in " : " made ", describe(theirs, true),
+                        " while rank ", self_rank_, " waits in ", describe(mine, true), " for ",
+                        sending ? "room at it" : "data from it", " (", info_->describe(),
+                        "): every rank must make the same calls, in the same order, with the same types, ops, counts and roots");
+    }
+    return {};
+  }
   Status timeout_error(bool sending) const {
     return make_error(ErrorCode::kTimeout, "no progress for ", config_->timeout.count(), " ms waiting for ",
                       info_->describe(), sending ? " to take data (its receive slots stay full)" : " to send data",
@@ -151,20 +194,36 @@ class PeerPort {
     if (ready()) return {};
     Backoff backoff(conn_->proxied() ? std::min(config_->spin_iterations, kProxiedSpin) : config_->spin_iterations);
     std::optional<Deadline> deadline;
+    std::optional<Deadline> diagnosis;  // the stall after which the peer's call is asked for
     while (!ready()) {
       if (!backoff.pause()) continue;
       DCOMM_RETURN_IF_ERROR(check_alive(sending));
-      if (!deadline) deadline.emplace(config_->timeout);
-      else if (deadline->expired()) return timeout_error(sending);
+      if (!deadline) {
+        deadline.emplace(config_->timeout);
+        diagnosis.emplace(stall_threshold(*config_));
+      } else if (deadline->expired()) {
+        return timeout_error(sending);
+      } else if (diagnosis->expired()) {
+        DCOMM_RETURN_IF_ERROR(diagnose_stall(sending));
+        diagnosis.emplace(10 * stall_threshold(*config_));
+      }
     }
     return {};
   }
-  Result<const char*> checked_slot(size_t expected_bytes) const {
+  // Ranks whose calls differ fail here with kAborted (the communicator is aborted for it).
+  Result<const char*> checked_slot(size_t expected_bytes, const CallStamp* expect) const {
     uint64_t index = recv_head_;
+    const CallStamp got_stamp = in_.stamp(index);
+    const CallStamp& mine = expect ? *expect : *call_;
+    if (got_stamp.a != mine.a || got_stamp.b != mine.b)
+      return make_error(ErrorCode::kAborted, "rank ", info_->rank, " called ", describe(got_stamp, true),
+                        " where rank ", self_rank_, " called ", describe(mine, true), " (", info_->describe(),
+                        "): every rank must make the same calls, in the same order, with the same types, ops, counts ",
+                        "and roots");
     uint64_t got = in_.size(index);
     if (got != expected_bytes)
-      return make_error(ErrorCode::kInvalidArgument, info_->describe(), " sent ", got, " bytes where this rank expected ",
-                        expected_bytes, ": do all ranks make the same calls in the same order with the same counts?");
+      return make_error(ErrorCode::kAborted, info_->describe(), " sent a slot of ", got, " bytes where this rank expected ",
+                        expected_bytes, " in ", describe(mine), ": do all ranks set the same DCOMM_SLOT_BYTES?");
     return static_cast<const char*>(in_.payload(index, got));
   }
 
@@ -178,6 +237,9 @@ class PeerPort {
   const AbortState* abort_;
   const Config* config_;
   bool same_process_;
+  const CallStamp* call_;
+  int self_rank_;
+  CallDirectory* directory_;
   std::unique_ptr<RemoteRegions> regions_;  // the peer's allocations mapped here, made on first use
 };
 

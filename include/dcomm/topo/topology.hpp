@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -145,10 +147,15 @@ class JsonParser {
       return ++i_, j;
     }
     if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) {
-      size_t used = 0;
+      // strtoll, not stoll: a lone '-' or an out-of-range number is an error here, not an exception.
+      const char* begin = s_.c_str() + i_;
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(begin, &end, 10);
+      if (end == begin || errno == ERANGE) return error("bad number");
       j.kind = Json::kNumber;
-      j.number = std::stoll(s_.substr(i_), &used);
-      i_ += used;
+      j.number = v;
+      i_ += static_cast<size_t>(end - begin);
       return j;
     }
     if (s_.compare(i_, 4, "null") == 0) return i_ += 4, j;

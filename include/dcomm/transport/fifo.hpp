@@ -4,11 +4,14 @@
 // socket). The producer owns `tail`, the consumer owns `head`. Lock-free 64-bit atomics work
 // across processes in a shared mapping.
 //
-// Each slot opens with one cache line: a sequence number, the byte count, and up to 48 bytes
-// of payload inline. The consumer polls that line's sequence number (not `tail`), so a small
-// message costs one cache-line transfer to the consumer and one back to the producer, the
-// least two cores can do (the "LL" idea of NCCL's low-latency protocol). Larger payloads
-// follow in the slot's data area.
+// Each slot opens with one cache line: a sequence number, the byte count, the producer's
+// stamp (16 bytes that say which call made the slot: the consumer checks them against its own
+// call, so ranks that make different calls fail instead of mixing data; see core/call.hpp),
+// and up to 32 bytes of payload inline. The consumer polls that line's sequence number (not
+// `tail`), so a small message costs one cache-line transfer to the consumer and one back to
+// the producer, the least two cores can do (the "LL" idea of NCCL's low-latency protocol).
+// Larger payloads follow in the slot's data area. A link that moves slots over a wire moves
+// the stamp and the payload as one run of bytes (wire() / wire_bytes()).
 //
 // FifoRef is a trivially copyable view: the same idea as MSCCL++'s device handles, so a
 // future device-side consumer can take it by value.
@@ -19,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -37,8 +41,13 @@ struct alignas(64) FifoHeader {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "dcomm needs lock-free 64-bit atomics for shared memory");
 
 inline constexpr size_t kSlotHeaderBytes = 64;
-inline constexpr size_t kInlineOffset = 16;  // seq, then size, then inline payload
+inline constexpr size_t kStampOffset = 16;   // seq, size, then the stamp (two words)
+inline constexpr size_t kInlineOffset = 32;  // then the inline payload
 inline constexpr size_t kInlineBytes = kSlotHeaderBytes - kInlineOffset;
+
+// A slot's stamp is the call's (core/call.hpp): two words the producer writes with the payload,
+// which the transports move without reading.
+using SlotStamp = CallStamp;
 
 inline size_t fifo_bytes(size_t slot_bytes, size_t slots) {
   return sizeof(FifoHeader) + slots * (kSlotHeaderBytes + slot_bytes);
@@ -78,15 +87,37 @@ class FifoRef {
   }
   uint64_t size(uint64_t index) const { return *reinterpret_cast<const uint64_t*>(slot(index) + 8); }
   void set_size(uint64_t index, uint64_t bytes) const { *reinterpret_cast<uint64_t*>(slot(index) + 8) = bytes; }
+  SlotStamp stamp(uint64_t index) const {
+    SlotStamp s;
+    std::memcpy(&s, slot(index) + kStampOffset, sizeof s);
+    return s;
+  }
+  void set_stamp(uint64_t index, const SlotStamp& s) const { std::memcpy(slot(index) + kStampOffset, &s, sizeof s); }
+
+  // What a wire moves for slot `index`: its stamp and `bytes` of payload, contiguous from
+  // wire(index); the receiving link lands them at wire() of its own slot and recovers the
+  // payload size from the run's length (payload_of_wire: nothing when the length is no run's).
+  char* wire(uint64_t index) const { return slot(index) + kStampOffset; }
+  static uint64_t wire_bytes(uint64_t bytes) {
+    return (bytes <= kInlineBytes ? kInlineOffset : kSlotHeaderBytes) - kStampOffset + bytes;
+  }
+  uint64_t max_wire_bytes() const { return wire_bytes(slot_bytes()); }
+  static bool payload_of_wire(uint64_t wire, uint64_t* bytes) {
+    if (wire >= kSlotHeaderBytes - kStampOffset + kInlineBytes + 1) return *bytes = wire - (kSlotHeaderBytes - kStampOffset), true;
+    if (wire >= kInlineOffset - kStampOffset && wire <= kInlineOffset - kStampOffset + kInlineBytes)
+      return *bytes = wire - (kInlineOffset - kStampOffset), true;
+    return false;
+  }
   // Slot `index` is complete: its sequence number becomes index + 1.
   void mark_ready(uint64_t index) const { seq(index).store(index + 1, std::memory_order_release); }
   bool ready(uint64_t index) const { return seq(index).load(std::memory_order_acquire) == index + 1; }
 
   // Producer side.
   bool writable() const { return tail(std::memory_order_relaxed) - head() < h_->slots; }
-  void commit(uint64_t bytes) const {
+  void commit(uint64_t bytes, const SlotStamp& stamp = {}) const {
     uint64_t t = tail(std::memory_order_relaxed);
     set_size(t, bytes);
+    set_stamp(t, stamp);
     mark_ready(t);
     h_->tail.store(t + 1, std::memory_order_release);
   }

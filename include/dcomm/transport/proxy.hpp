@@ -1,13 +1,16 @@
 // The proxy: one progress thread per communicator rank that has peers in other processes.
 //
-// - It watches a control socket to every such peer. A peer that goes away without saying
-//   goodbye has died: the proxy aborts the communicator with an error naming it, so every
-//   pending and later wait on this rank fails at once instead of running to its deadline.
-//   When this rank aborts, the proxy tells every peer why (an "abort" message), and peers
-//   that receive one abort too; so a failure anywhere is reported on every surviving rank.
+// - It watches a control socket to every such peer (transport/control.hpp). A peer that goes
+//   away without saying goodbye has died: the proxy aborts the communicator with an error
+//   naming it, so every pending and later wait on this rank fails at once instead of running
+//   to its deadline. When this rank aborts, the proxy tells every peer why (an "abort"
+//   message), and peers that receive one abort too; so a failure anywhere is reported on every
+//   surviving rank. Heartbeats every kHeartbeatMs tell which peers are alive: a wait that
+//   reaches its deadline blames a peer that went silent (stopped, hung), not the live
+//   neighbour that was itself waiting for it (stale_peers()).
 // - It moves the slots of links to peers in other processes between local FIFOs and a wire:
 //   TCP sockets (below: each slot striped over the link's sockets, each socket carrying a
-//   slice of every slot prefixed with the slot's byte count), a UCX endpoint
+//   slice of every slot prefixed with the slot's byte count and stamp), a UCX endpoint
 //   (transport/ucx.hpp) or an RDMA queue pair. A rank thread never blocks in a wire's call,
 //   and a ring of sends cannot deadlock on full kernel buffers.
 #pragma once
@@ -18,7 +21,9 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -27,6 +32,7 @@
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
+#include "dcomm/transport/control.hpp"
 #include "dcomm/transport/transport.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -76,18 +82,29 @@ class ProxyLink {
 // One TCP peer: the sockets between the FIFOs.
 class TcpLink final : public ProxyLink {
  public:
+  // What opens each stripe's slice of a slot: the slot's byte count and stamp.
+  struct SliceHeader {
+    uint64_t total = 0;
+    SlotStamp stamp;
+  };
+  static constexpr size_t kHeaderBytes = sizeof(SliceHeader);
   struct Stripe {
     Socket sock;
     uint64_t send_slot = 0;  // slot this socket is sending its slice of
-    size_t send_off = 0;     // bytes of (count header + slice) sent
+    size_t send_off = 0;     // bytes of (header + slice) sent
+    SliceHeader send_hdr;
     uint64_t recv_slot = 0;
     size_t recv_off = 0;
-    uint64_t recv_total = 0;  // the slot's byte count, once its header is in
+    SliceHeader recv_hdr;    // the slot's byte count and stamp, once in
     bool eof = false;
     bool want_out = false, want_in = false;
   };
   TcpLink(int peer_rank, std::vector<Socket> socks, const Config& c) : ProxyLink(peer_rank, c) {
-    for (auto& s : socks) stripes.push_back(Stripe{std::move(s)});
+    for (auto& s : socks) {
+      Stripe st;
+      st.sock = std::move(s);
+      stripes.push_back(std::move(st));
+    }
   }
   const char* kind() const override { return "tcp"; }
   bool pump() override;
@@ -125,13 +142,18 @@ class Proxy {
   Proxy(int rank, std::vector<PeerInfo> peers, std::shared_ptr<AbortState> abort)
       : rank_(rank), peers_(std::move(peers)), abort_(std::move(abort)), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
     controls_.resize(peers_.size());
+    last_heard_ = std::vector<std::atomic<long long>>(peers_.size());
+    queries_.resize(peers_.size());
   }
   ~Proxy() {
     stop(std::chrono::milliseconds(0));
     ::close(wake_fd_);
   }
 
-  void add_control(int peer, Socket s) { controls_[static_cast<size_t>(peer)].sock = std::move(s); }
+  void add_control(int peer, Socket s) {
+    controls_[static_cast<size_t>(peer)].sock = std::move(s);
+    last_heard_[static_cast<size_t>(peer)].store(now_ms(), std::memory_order_relaxed);
+  }
   // Before start(): the proxy moves this link's slots from then on.
   template <class Link>
   Link* add_link(std::unique_ptr<Link> link) {
@@ -153,11 +175,27 @@ class Proxy {
       }
     }
   }
-  // Called from the communicator's abort hook: tell every peer why.
+  // Which call `peer` is in, asked over its control socket (waits up to `within` for the
+  // answer); nothing when the peer has no control socket or does not answer.
+  std::optional<AbortState::CallInfo> query_call(int peer, std::chrono::milliseconds within) {
+    const size_t p = static_cast<size_t>(peer);
+    std::unique_lock<std::mutex> lock(query_mu_);
+    if (p >= queries_.size()) return std::nullopt;
+    const uint64_t before = queries_[p].answers;
+    queries_[p].wanted = true;
+    lock.unlock();
+    sleeping_.store(true);  // force the wake-up
+    notify();
+    lock.lock();
+    if (!query_cv_.wait_for(lock, within, [&] { return queries_[p].answers != before; })) return std::nullopt;
+    return queries_[p].answer;
+  }
+
+  // Called from the communicator's abort hook: tell every peer why (the code, then the text).
   void broadcast_abort(const Status& why) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      abort_message_ = why.message();
+      abort_message_ = abort_body(why.code(), why.message());
     }
     send_abort_.store(true);
     sleeping_.store(true);  // force the eventfd write
@@ -175,12 +213,38 @@ class Proxy {
   }
 
  private:
-  enum ControlType : uint8_t { kBye = 1, kAbort = 2 };
   struct Control {
     Socket sock;
     std::string in;
     bool said_bye = false;
   };
+
+ public:
+  // Peers in other processes from which nothing (heartbeats included) has come for `silence`:
+  // stopped, hung, or their host gone (the communicator's timeout names these).
+  std::vector<std::pair<int, long long>> stale_peers(std::chrono::milliseconds silence) const {
+    std::vector<std::pair<int, long long>> out;
+    const long long now = now_ms();
+    for (size_t p = 0; p < last_heard_.size(); ++p) {
+      const long long heard = last_heard_[p].load(std::memory_order_relaxed);
+      if (heard > 0 && now - heard > silence.count()) out.emplace_back(static_cast<int>(p), now - heard);
+    }
+    return out;
+  }
+
+ private:
+  static long long now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+  }
+  // Heartbeats, as often as kHeartbeatMs; a send that would block is skipped (the peer is not
+  // reading: it will hear the next one, or it is the one that stopped).
+  void heartbeat(long long now) {
+    if (now - last_beat_ < kHeartbeatMs) return;
+    last_beat_ = now;
+    static const std::string beat = control_frame(ControlType::kHeartbeat);
+    for (auto& c : controls_)
+      if (c.sock.valid()) (void)::send(c.sock.fd(), beat.data(), beat.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
 
   void run() {
     std::vector<pollfd> fds;
@@ -189,7 +253,9 @@ class Proxy {
     for (;;) {
       bool progress = false;
       for (auto& l : links_) progress |= !l->failed && l->pump();
-      if (send_abort_.exchange(false)) send_control_all(kAbort);
+      if (send_abort_.exchange(false)) send_control_all(ControlType::kAbort);
+      heartbeat(now_ms());
+      send_queries();
       if (stopping_.load()) {
         if (!stop_seen) {
           stop_seen = true, stop_began = Clock::now();
@@ -214,7 +280,7 @@ class Proxy {
         sleeping_.store(false);
         if (late) continue;
       }
-      int timeout = stopping_.load() ? 10 : 200;
+      int timeout = stopping_.load() ? 10 : kHeartbeatMs;
       ::poll(fds.data(), fds.size(), sleeping_.load() ? timeout : 0);
       sleeping_.store(false);
       if (fds[0].revents & POLLIN) {
@@ -224,7 +290,7 @@ class Proxy {
       }
       poll_controls();
     }
-    if (!abort_->aborted()) send_control_all(kBye);
+    if (!abort_->aborted()) send_control_all(ControlType::kBye);
     for (auto& l : links_) l->shutdown();
   }
 
@@ -235,6 +301,7 @@ class Proxy {
       char buf[4096];
       ssize_t n = ::recv(c.sock.fd(), buf, sizeof buf, 0);
       if (n > 0) {
+        last_heard_[p].store(now_ms(), std::memory_order_relaxed);
         c.in.append(buf, static_cast<size_t>(n));
         handle_messages(static_cast<int>(p), c);
         continue;
@@ -251,32 +318,65 @@ class Proxy {
   }
 
   void handle_messages(int peer, Control& c) {
-    while (c.in.size() >= 5) {
-      uint32_t len = detail::get_pod<uint32_t>(c.in.data() + 1);
-      if (c.in.size() < 5 + len) return;
-      auto type = static_cast<uint8_t>(c.in[0]);
-      std::string text = c.in.substr(5, len);
-      c.in.erase(0, 5 + len);
-      if (type == kBye) {
+    const PeerInfo& who = peers_[static_cast<size_t>(peer)];
+    Status s = take_control_frames(c.in, [&](ControlType type, std::string_view body) {
+      if (type == ControlType::kBye) {
         c.said_bye = true;
-        DCOMM_LOG(kInfo, kSubsysProxy, rank_, peers_[static_cast<size_t>(peer)].describe(), " destroyed its communicator");
-      } else if (type == kAbort) {
-        abort_->abort(make_error(ErrorCode::kPeerFailure, peers_[static_cast<size_t>(peer)].describe(),
-                                 " aborted the communicator: ", text),
+        DCOMM_LOG(kInfo, kSubsysProxy, rank_, who.describe(), " destroyed its communicator");
+      } else if (type == ControlType::kQuery) {
+        const AbortState::CallInfo mine = abort_->current_call();
+        std::string body;
+        detail::put_pod<uint64_t>(body, mine.stamp.a);
+        detail::put_pod<uint64_t>(body, mine.stamp.b);
+        body += static_cast<char>(mine.in_call ? 1 : 0);
+        detail::put_pod<uint64_t>(body, mine.previous.a);
+        detail::put_pod<uint64_t>(body, mine.previous.b);
+        const std::string frame = control_frame(ControlType::kCall, body);
+        send_all(c.sock.fd(), frame.data(), frame.size(), Deadline(std::chrono::milliseconds(100))).ignore();
+      } else if (type == ControlType::kCall) {
+        detail::ByteReader r(body);
+        auto a = r.pod<uint64_t>();
+        auto b = r.pod<uint64_t>();
+        auto in = r.pod<uint8_t>();
+        auto pa = r.pod<uint64_t>();
+        auto pb = r.pod<uint64_t>();
+        if (!a || !b || !in || !pa || !pb) return;
+        std::lock_guard<std::mutex> lock(query_mu_);
+        auto& q = queries_[static_cast<size_t>(peer)];
+        q.answer = {{*a, *b}, *in != 0, {*pa, *pb}};
+        ++q.answers;
+        query_cv_.notify_all();
+      } else if (type == ControlType::kAbort) {
+        abort_->abort(make_error(remote_abort_code(abort_code(body)), who.describe(), " aborted the communicator: ",
+                                 abort_text(body)),
                       /*notify_peers=*/false);
       }
+    });
+    if (!s.ok()) {
+      c.sock.close();
+      abort_->abort(make_error(ErrorCode::kPeerFailure, who.describe(), " sent ", s.message(),
+                               " on its control connection"));
     }
   }
 
-  void send_control_all(uint8_t type) {
+  void send_queries() {
+    std::lock_guard<std::mutex> lock(query_mu_);
+    for (size_t p = 0; p < queries_.size(); ++p) {
+      if (!queries_[p].wanted) continue;
+      queries_[p].wanted = false;
+      if (!controls_[p].sock.valid()) continue;
+      static const std::string frame = control_frame(ControlType::kQuery);
+      send_all(controls_[p].sock.fd(), frame.data(), frame.size(), Deadline(std::chrono::milliseconds(100))).ignore();
+    }
+  }
+
+  void send_control_all(ControlType type) {
     std::string text;
     {
       std::lock_guard<std::mutex> lock(mu_);
       text = abort_message_;
     }
-    std::string msg(1, static_cast<char>(type));
-    detail::put_pod<uint32_t>(msg, static_cast<uint32_t>(text.size()));
-    msg += text;
+    const std::string msg = control_frame(type, type == ControlType::kAbort ? text : std::string());
     for (auto& c : controls_)
       if (c.sock.valid()) send_all(c.sock.fd(), msg.data(), msg.size(), Deadline(std::chrono::milliseconds(100))).ignore();
   }
@@ -286,6 +386,16 @@ class Proxy {
   std::shared_ptr<AbortState> abort_;
   int wake_fd_;
   std::vector<Control> controls_;
+  std::vector<std::atomic<long long>> last_heard_;  // by peer: when its control socket last spoke (0: no socket)
+  long long last_beat_ = 0;
+  struct Query {
+    bool wanted = false;   // a rank thread asks; the proxy sends the question
+    uint64_t answers = 0;  // answers received so far
+    AbortState::CallInfo answer;
+  };
+  std::mutex query_mu_;
+  std::condition_variable query_cv_;
+  std::vector<Query> queries_;  // by peer
   std::vector<std::unique_ptr<ProxyLink>> links_;
   std::thread thread_;
   std::atomic<bool> sleeping_{false};
@@ -307,13 +417,15 @@ inline bool TcpLink::pump() {
     auto& st = stripes[k];
     st.want_out = false;
     while (st.send_slot < tail) {
-      uint64_t total = out.size(st.send_slot);
+      if (st.send_off == 0) st.send_hdr = {out.size(st.send_slot), out.stamp(st.send_slot)};
+      const uint64_t total = st.send_hdr.total;
       auto [b, e] = slice(k, total);
-      size_t want = 8 + (e - b);
+      size_t want = kHeaderBytes + (e - b);
       iovec iov[2];
       int n_iov = 0;
-      if (st.send_off < 8) iov[n_iov++] = {reinterpret_cast<char*>(&total) + st.send_off, 8 - st.send_off};
-      size_t data_off = st.send_off < 8 ? 0 : st.send_off - 8;
+      if (st.send_off < kHeaderBytes)
+        iov[n_iov++] = {reinterpret_cast<char*>(&st.send_hdr) + st.send_off, kHeaderBytes - st.send_off};
+      size_t data_off = st.send_off < kHeaderBytes ? 0 : st.send_off - kHeaderBytes;
       if (e - b > data_off) iov[n_iov++] = {out.payload(st.send_slot, total) + b + data_off, e - b - data_off};
       // sendmsg with MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE.
       msghdr msg{};
@@ -334,13 +446,13 @@ inline bool TcpLink::pump() {
     while (!st.eof && st.recv_slot < room_end) {
       char* dst;
       size_t left;
-      if (st.recv_off < 8) {
-        dst = reinterpret_cast<char*>(&st.recv_total) + st.recv_off;
-        left = 8 - st.recv_off;
+      if (st.recv_off < kHeaderBytes) {
+        dst = reinterpret_cast<char*>(&st.recv_hdr) + st.recv_off;
+        left = kHeaderBytes - st.recv_off;
       } else {
-        auto [b, e] = slice(k, st.recv_total);
-        dst = in.payload(st.recv_slot, st.recv_total) + b + (st.recv_off - 8);
-        left = (e - b) - (st.recv_off - 8);
+        auto [b, e] = slice(k, st.recv_hdr.total);
+        dst = in.payload(st.recv_slot, st.recv_hdr.total) + b + (st.recv_off - kHeaderBytes);
+        left = (e - b) - (st.recv_off - kHeaderBytes);
       }
       ssize_t n = left ? ::recv(st.sock.fd(), dst, left, 0) : 0;
       if (n == 0 && left) {
@@ -355,14 +467,15 @@ inline bool TcpLink::pump() {
       }
       st.recv_off += static_cast<size_t>(n);
       progress |= n > 0;
-      if (st.recv_off >= 8) {
-        if (st.recv_total > in.slot_bytes())
-          return fail(detail::cat(peer_name(), " sent a ", st.recv_total,
+      if (st.recv_off >= kHeaderBytes) {
+        if (st.recv_hdr.total > in.slot_bytes())
+          return fail(detail::cat(peer_name(), " sent a ", st.recv_hdr.total,
                                      "-byte slot; this rank's slots hold ", in.slot_bytes(),
                                      " (do all ranks set the same DCOMM_SLOT_BYTES?)"));
-        auto [b, e] = slice(k, st.recv_total);
-        if (st.recv_off == 8 + (e - b)) {
-          in.set_size(st.recv_slot, st.recv_total);
+        auto [b, e] = slice(k, st.recv_hdr.total);
+        if (st.recv_off == kHeaderBytes + (e - b)) {
+          in.set_size(st.recv_slot, st.recv_hdr.total);
+          if (k == 0) in.set_stamp(st.recv_slot, st.recv_hdr.stamp);
           st.recv_slot++, st.recv_off = 0, progress = true;
         }
       }

@@ -3,9 +3,16 @@
 // posix_fallocate (so a full /dev/shm is an error now, not a SIGBUS later), maps it, and
 // publishes the file's name in the store; the sender maps it and unlinks the name, so nothing
 // is left behind even if both later crash.
+//
+// Names are unique to the process and the moment (dcomm-<pid namespace>-<pid>-<what>-<random>),
+// so jobs on one host never collide, and a file a killed process left behind never blocks a
+// later job; the first FIFO a process creates also sweeps away the files of dcomm processes of
+// its pid namespace that no longer run.
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -14,9 +21,15 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
 #include <utility>
 
+#include "dcomm/core/bytes.hpp"
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/log.hpp"
 #include "dcomm/transport/transport.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -49,6 +62,53 @@ inline std::string shm_full_message(const std::string& dir, size_t need) {
   return cat(dir, " is too small: ", need / (1024 * 1024), " MiB needed for one shared-memory FIFO, ", free_text,
              " free. In Docker, run with --shm-size=1g (or --ipc=host); otherwise lower DCOMM_SLOT_BYTES or "
              "DCOMM_SLOTS, point DCOMM_SHM_DIR at a larger tmpfs, or use DCOMM_TRANSPORT=tcp");
+}
+
+// This process's pid namespace (the inode in /proc/self/ns/pid), so that a sweep judges only
+// names whose pids it can see.
+inline std::string pid_namespace() {
+  char buf[64] = {};
+  const ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof buf - 1);
+  std::string digits;
+  for (ssize_t i = 0; i < n; ++i)
+    if (buf[i] >= '0' && buf[i] <= '9') digits += buf[i];
+  return digits.empty() ? "0" : digits;
+}
+
+// A name no other process, job or earlier run uses: dcomm-<pid namespace>-<pid>-<what>-<random>.
+inline std::string unique_shm_name(const std::string& what) {
+  std::random_device rd;
+  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return cat("dcomm-", pid_namespace(), "-", getpid(), "-", what, "-", to_hex(&r, sizeof r));
+}
+
+// Unlinks what dcomm processes of this pid namespace left in `dir` when they died before
+// cleaning up (killed during start-up, say): names of the form above whose pid no longer
+// runs. Once per directory per process.
+inline void sweep_dead_shm(const std::string& dir) {
+  static std::mutex mu;
+  static std::set<std::string> swept;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!swept.insert(dir).second) return;
+  }
+  const std::string prefix = cat("dcomm-", pid_namespace(), "-");
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  int removed = 0;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid <= 0 || *end != '-') continue;
+    const bool dead = kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    if (!dead) continue;
+    if (::unlink((dir + "/" + name).c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  if (removed)
+    DCOMM_LOG(kInfo, kSubsysTransport, -1, "removed ", removed, " shared-memory file(s) that exited dcomm processes left in ", dir);
 }
 
 inline Result<ShmMapping> create_shm_fifo(const std::string& path, const Config& c) {
@@ -111,7 +171,8 @@ class ShmTransport final : public Transport {
     const Config& c = *ctx.config;
     int me = ctx.rank, peer = ctx.peer->rank;
     if (prepared_.count(peer)) return {};
-    std::string path = detail::cat(c.shm_dir, "/dcomm-", ctx.key_prefix, "-", peer, "to", me);
+    detail::sweep_dead_shm(c.shm_dir);
+    std::string path = detail::cat(c.shm_dir, "/", detail::unique_shm_name(detail::cat(peer, "to", me)));
     auto recv = detail::create_shm_fifo(path, c);
     if (!recv.ok()) return recv.status();
     prepared_.emplace(peer, std::move(*recv));

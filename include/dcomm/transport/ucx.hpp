@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "dcomm/core/bytes.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/transport/proxy.hpp"
@@ -102,7 +103,9 @@ class UcxLink final : public ProxyLink {
   // handling is asked for between hosts only: UCX's shared-memory transports have none (on one
   // host the communicator's control connections report a dead peer either way).
   Status connect(const std::string& peer_address_hex, bool same_host) {
-    const std::string addr = detail::from_hex(peer_address_hex);
+    const auto decoded = detail::from_hex(peer_address_hex);
+    if (!decoded || decoded->empty()) return make_error(ErrorCode::kInternal, "rank ", peer, " published an unreadable UCX address");
+    const std::string& addr = *decoded;
     ucp_ep_params_t p{};
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = reinterpret_cast<const ucp_address_t*>(addr.data());
@@ -140,7 +143,9 @@ class UcxLink final : public ProxyLink {
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       prm.cb.send = &UcxLink::on_send;
       prm.user_data = &op;
-      ucs_status_ptr_t r = ucp_tag_send_sync_nbx(ep_, out.payload(next_send_, bytes), bytes, tag(me_, next_send_), &prm);
+      // The slot's stamp and payload, as one run (transport/fifo.hpp).
+      ucs_status_ptr_t r =
+          ucp_tag_send_sync_nbx(ep_, out.wire(next_send_), FifoRef::wire_bytes(bytes), tag(me_, next_send_), &prm);
       if (UCS_PTR_IS_ERR(r)) return fail_with(UCS_PTR_STATUS(r), detail::cat("sending slot ", next_send_, " failed"));
       if (r == nullptr) op.done = true;
       progress = true;
@@ -162,7 +167,7 @@ class UcxLink final : public ProxyLink {
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       prm.cb.recv = &UcxLink::on_recv;
       prm.user_data = &op;
-      ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker(), in.payload(next_post_, in.slot_bytes()), in.slot_bytes(),
+      ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker(), in.wire(next_post_), in.max_wire_bytes(),
                                             tag(peer, next_post_), ~ucp_tag_t{0}, &prm);
       if (UCS_PTR_IS_ERR(r)) return fail_with(UCS_PTR_STATUS(r), "posting a receive failed");
       if (!op.done) op.request = r;
@@ -175,10 +180,11 @@ class UcxLink final : public ProxyLink {
         return fail(detail::cat(peer_name(), " sent a slot larger than this rank's ", in.slot_bytes(),
                                 " bytes (do all ranks set the same DCOMM_SLOT_BYTES?)"));
       if (op.status != UCS_OK) return fail_with(op.status, "a receive failed");
-      // Small payloads live inline in the slot's first line (transport/fifo.hpp).
-      if (op.bytes <= kInlineBytes && op.bytes)
-        std::memmove(in.payload(tail, op.bytes), in.payload(tail, in.slot_bytes()), op.bytes);
-      in.set_size(tail, op.bytes);
+      // The run landed where its payload belongs, inline or in the data area (transport/fifo.hpp).
+      uint64_t bytes = 0;
+      if (!FifoRef::payload_of_wire(op.bytes, &bytes))
+        return fail(detail::cat(peer_name(), " sent a malformed ", op.bytes, "-byte slot over UCX"));
+      in.set_size(tail, bytes);
       ++tail;
     }
     if (tail > in.tail(std::memory_order_relaxed)) in.publish_tail(tail), progress = true;

@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "dcomm/bootstrap/store.hpp"
+#include "dcomm/core/bytes.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
@@ -237,9 +237,10 @@ struct VerbsEndpoint {
                     &slots, g) != 8)
       return make_error(ErrorCode::kInternal, "unreadable verbs endpoint '", text, "'");
     e.lid = static_cast<uint16_t>(lid), e.fifo = fifo, e.slot_bytes = slot_bytes, e.slots = slots;
-    const std::string raw = detail::from_hex(g);
-    if (raw.size() != sizeof e.gid.raw) return make_error(ErrorCode::kInternal, "unreadable GID in verbs endpoint '", text, "'");
-    std::memcpy(e.gid.raw, raw.data(), raw.size());
+    const auto raw = detail::from_hex(g);
+    if (!raw || raw->size() != sizeof e.gid.raw)
+      return make_error(ErrorCode::kInternal, "unreadable GID in verbs endpoint '", text, "'");
+    std::memcpy(e.gid.raw, raw->data(), raw->size());
     return e;
   }
 };
@@ -341,11 +342,12 @@ class VerbsLink final : public ProxyLink {
     FifoRef out = send.fifo, in = recv.fifo;
     // Data: every committed slot the peer has room for.
     for (const uint64_t tail = out.tail(); next_send_ < tail && next_send_ < peer_consumed_ + slots_; ++next_send_) {
+      // The slot's stamp and payload as one run, to the same place in the peer's FIFO.
       const uint64_t bytes = out.size(next_send_);
-      const uint64_t remote = remote_.fifo + (reinterpret_cast<uint64_t>(in.payload(next_send_, bytes)) -
-                                              reinterpret_cast<uint64_t>(recv.memory));
-      if (!post_write(out.payload(next_send_, bytes), static_cast<uint32_t>(bytes), remote, static_cast<uint32_t>(bytes),
-                      kData))
+      const uint64_t remote =
+          remote_.fifo + (reinterpret_cast<uint64_t>(in.wire(next_send_)) - reinterpret_cast<uint64_t>(recv.memory));
+      if (!post_write(out.wire(next_send_), static_cast<uint32_t>(FifoRef::wire_bytes(bytes)), remote,
+                      static_cast<uint32_t>(bytes), kData))
         return false;
       progress = true;
     }
@@ -417,6 +419,8 @@ class VerbsLink final : public ProxyLink {
             peer_consumed_ += (low - (peer_consumed_ & 0x7fffffff)) & 0x7fffffff;
           } else {
             FifoRef in = recv.fifo;
+            if (imm > in.slot_bytes())
+              return fail(detail::cat(peer_name(), " wrote a ", imm, "-byte slot into ", in.slot_bytes(), "-byte slots")), -1;
             in.set_size(received_, imm);
             in.publish_tail(++received_);
           }
