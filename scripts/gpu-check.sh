@@ -177,7 +177,22 @@ for c in reduce_scatter all_gather broadcast send_recv; do
   cs_step "${c}_2" 30 10 "$BENCH" $c -t 2 -g 1 -b 64M -e 64M -n 10 -w 3 -c 1 -J "$CS_WORK/${c}_2.json"
 done
 
-# 5. Tuning rows: 2 ranks, 256 MiB all_reduce, one setting changed at a time.
+# 5. The torch backend on CUDA tensors (torch 2.x, the machine's pip torch): dcomm_torch built
+# here against it, then 2 ranks on the one GPU under torchrun (collectives, stream order,
+# futures, and DDP for a few steps against Gloo on the CPU; tests/torch/backend_checks.py gpu).
+if python3 -c "import torch; assert torch.cuda.is_available() and torch.__version__ >= '2'" 2>/dev/null; then
+  TORCH_PKG=$CS_WORK/torch-pkg
+  cs_step torch_build 240 60 env DCOMM_TORCH_CUDA=1 MAX_JOBS="$(nproc)" bash -c \
+    "cd '$ROOT/python' && python3 setup.py -q build_ext -b '$TORCH_PKG' -t '$CS_WORK/torch-tmp' && cp dcomm_torch/__init__.py '$TORCH_PKG/dcomm_torch/'"
+  if [ -f "$TORCH_PKG/dcomm_torch/__init__.py" ]; then
+    cs_step torch_ddp_2 120 30 env PYTHONPATH="$TORCH_PKG" DCOMM_TORCH_TEST_TIMEOUT_S=60 python3 -m torch.distributed.run \
+      --standalone --nproc_per_node 2 "$ROOT/tests/torch/backend_checks.py" gpu
+  fi
+else
+  cs_record torch skipped 0 "python3 here has no CUDA torch 2.x"
+fi
+
+# 6. Tuning rows: 2 ranks, 256 MiB all_reduce, one setting changed at a time.
 tune() {
   local name=$1
   shift
@@ -191,7 +206,7 @@ tune slot128k DCOMM_CUDA_SLOT_BYTES=128K
 tune slot1m DCOMM_CUDA_SLOT_BYTES=1M
 tune slots8 DCOMM_CUDA_SLOTS=8
 
-# 6. Processes (CUDA IPC; without MPS their contexts take turns on the GPU).
+# 7. Processes (CUDA IPC; without MPS their contexts take turns on the GPU).
 cs_step all_reduce_2_procs 45 15 "$BENCH" all_reduce -N 2 -g 1 -b 64M -e 64M -n 5 -w 2 -c 1 -J "$CS_WORK/all_reduce_2_procs.json"
 
 # The table (and the archive) come from the EXIT trap.

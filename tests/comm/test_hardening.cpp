@@ -95,6 +95,16 @@ TEST_CASE("mismatched calls fail every rank with kAborted, naming both calls") {
     CHECK_MESSAGE(contains(got[1], "send/recv(float32, 16)"), got[1].message());
     CHECK_MESSAGE(contains(got[1], "send/recv(int32, 16)"), got[1].message());
   }
+  SUBCASE("point-to-point: a send with tag 5 met by a receive with tag 6") {
+    auto got = on_each(2, [](Communicator& c) {
+      std::vector<float> buf(16, 7.0f);
+      if (c.rank() == 0) return c.p2p({P2POp::send(buf.data(), 16, DataType::kFloat32, 1, 5)});
+      return c.p2p({P2POp::recv(buf.data(), 16, DataType::kFloat32, 0, 6)});
+    });
+    CHECK_MESSAGE(got[1].code() == ErrorCode::kAborted, got[1].message());
+    CHECK_MESSAGE(contains(got[1], "send/recv(float32, 16, tag 5)"), got[1].message());
+    CHECK_MESSAGE(contains(got[1], "send/recv(float32, 16, tag 6)"), got[1].message());
+  }
   // None of these waits for a deadline (5 s here): they are caught when the first slot lands.
   CHECK(std::chrono::steady_clock::now() - t0 < 4s);
 }

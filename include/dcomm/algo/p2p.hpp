@@ -28,11 +28,20 @@ struct P2POp {
   size_t count;
   DataType type;
 
-  static P2POp send(const void* buf, size_t count, DataType type, int peer) {
-    return {Kind::kSend, peer, const_cast<void*>(buf), count, type};
+  // `tag`: carried with the message and checked by the receive it meets (messages between a
+  // pair in one direction still match in call order; a tag that differs is an error).
+  static P2POp send(const void* buf, size_t count, DataType type, int peer, int tag = 0) {
+    P2POp op{Kind::kSend, peer, const_cast<void*>(buf), count, type};
+    op.tag = tag;
+    return op;
   }
-  static P2POp recv(void* buf, size_t count, DataType type, int peer) { return {Kind::kRecv, peer, buf, count, type}; }
+  static P2POp recv(void* buf, size_t count, DataType type, int peer, int tag = 0) {
+    P2POp op{Kind::kRecv, peer, buf, count, type};
+    op.tag = tag;
+    return op;
+  }
   size_t bytes() const { return count * size_of(type); }
+  int tag = 0;
 
   // Internal (the schedules of algo/schedule.hpp): a receive that folds what arrives into the
   // buffer, slot by slot, instead of replacing it; op(peer's, mine) when peer_first.
@@ -60,7 +69,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
                       bool message_stamps = false) {
   std::vector<CallStamp> own_stamps;
   if (message_stamps)
-    for (const auto& op : ops) own_stamps.push_back(message_stamp(op.type, op.count));
+    for (const auto& op : ops) own_stamps.push_back(message_stamp(op.type, op.count, op.tag));
   const CallStamp* stamps = message_stamps ? own_stamps.data() : nullptr;
   std::vector<P2POp> own;
   std::vector<std::vector<char>> copies;

@@ -56,8 +56,11 @@ inline CallStamp call_stamp(OpKind kind, DataType type, ReduceOp op, uint64_t co
   s.b = count;
   return s;
 }
-inline CallStamp message_stamp(DataType type, uint64_t count) {
-  return call_stamp(OpKind::kPointToPoint, type, ReduceOp::kSum, count, 0, 0);
+// A point-to-point message: its tag (mod 2^20) where a collective's root goes.
+inline CallStamp message_stamp(DataType type, uint64_t count, int tag = 0) {
+  CallStamp s = call_stamp(OpKind::kPointToPoint, type, ReduceOp::kSum, count, 0, 0);
+  s.a |= (static_cast<uint64_t>(static_cast<uint32_t>(tag)) & 0xfffffu) << 12;
+  return s;
 }
 
 // "all_reduce(float32, sum, 1024)", "broadcast(int8, 16, root 2)", "send/recv(float32, 8)";
@@ -73,6 +76,7 @@ inline std::string describe(const CallStamp& s, bool with_seq = false) {
   if (has_reduction(k)) out += detail::cat(to_string(op), ", ");
   if (k != OpKind::kBarrier) out += detail::cat(s.b);
   if (has_root(k)) out += detail::cat(", root ", (s.a >> 12) & 0xfffffu);
+  if (k == OpKind::kPointToPoint && ((s.a >> 12) & 0xfffffu)) out += detail::cat(", tag ", (s.a >> 12) & 0xfffffu);
   out += ")";
   if (with_seq && k != OpKind::kPointToPoint) out += detail::cat(" #", s.a >> 32);
   return out;

@@ -1,0 +1,35 @@
+"""dcomm as a torch.distributed backend.
+
+    import torch.distributed as dist
+    import dcomm_torch              # registers the backend "dcomm"
+    dist.init_process_group(backend="dcomm")
+
+Every process group made with backend "dcomm" (the default group, new_group) gets its own
+dcomm communicator, rendezvoused through the store torch hands it. See docs/pytorch.md.
+"""
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["BACKEND", "cuda_enabled"]
+
+BACKEND = "dcomm"
+cuda_enabled = bool(_C.cuda)
+
+
+def _create(store, rank, size, timeout):
+    return _C.create_backend(store, rank, size, timeout)
+
+
+def _register():
+    if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    if _C.torch_major >= 2:
+        devices = ["cpu", "cuda"] if cuda_enabled else ["cpu"]
+        dist.Backend.register_backend(BACKEND, _create, devices=devices)
+    else:
+        dist.Backend.register_backend(BACKEND, _create)
+
+
+_register()

@@ -1,0 +1,61 @@
+// dcomm_torch._C: the creator torch.distributed calls for backend "dcomm".
+#include <pybind11/chrono.h>
+#include <torch/extension.h>
+
+#include <chrono>
+
+#include "process_group.hpp"
+
+namespace {
+template <typename F>
+double time_us(int iters, F&& call) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) call();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "dcomm as a torch.distributed backend";
+  m.def("create_backend", &dcomm_torch::ProcessGroupDcomm::create, "(store, rank, size, timeout) -> the dcomm backend",
+        pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"));
+  // For bench/torch_bench.py, microseconds per call over `iters` calls on `tensor` (float32,
+  // sum, in place): _allreduce_call_us times the backend's allreduce(tensor).wait() called from
+  // C++, _native_all_reduce_us the same group's dcomm communicator called directly (what the
+  // backend wraps), so that the backend's own cost can be told from torch's Python binding and
+  // dispatcher (which every backend pays alike) and from the machine's noise (both run in the
+  // same process, alternately).
+  m.def(
+      "_allreduce_call_us",
+      [](const c10::intrusive_ptr<dcomm_torch::BackendBase>& backend, at::Tensor tensor, int iters) {
+        std::vector<at::Tensor> ts{tensor};
+        c10d::AllreduceOptions opts;
+        return time_us(iters, [&] { backend->allreduce(ts, opts)->wait(); });
+      },
+      pybind11::arg("backend"), pybind11::arg("tensor"), pybind11::arg("iters"),
+      pybind11::call_guard<pybind11::gil_scoped_release>());
+  m.def(
+      "_native_all_reduce_us",
+      [](const c10::intrusive_ptr<dcomm_torch::BackendBase>& backend, at::Tensor tensor, int iters) {
+        auto* pg = dynamic_cast<dcomm_torch::ProcessGroupDcomm*>(backend.get());
+        TORCH_CHECK(pg, "dcomm: _native_all_reduce_us needs a dcomm backend");
+        TORCH_CHECK(tensor.scalar_type() == at::kFloat && tensor.is_contiguous() && tensor.is_cpu(),
+                    "dcomm: _native_all_reduce_us takes a contiguous float32 CPU tensor");
+        const auto n = static_cast<size_t>(tensor.numel());
+        dcomm::Status s;
+        const double us = time_us(iters, [&] {
+          if (s.ok()) s = pg->comm().all_reduce(tensor.data_ptr(), tensor.data_ptr(), n, dcomm::DataType::kFloat32,
+                                                dcomm::ReduceOp::kSum);
+        });
+        if (!s.ok()) throw std::runtime_error(s.message());
+        return us;
+      },
+      pybind11::arg("backend"), pybind11::arg("tensor"), pybind11::arg("iters"),
+      pybind11::call_guard<pybind11::gil_scoped_release>());
+  m.attr("torch_major") = TORCH_VERSION_MAJOR;
+#ifdef DCOMM_TORCH_CUDA
+  m.attr("cuda") = true;
+#else
+  m.attr("cuda") = false;
+#endif
+}

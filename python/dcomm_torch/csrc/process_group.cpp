@@ -1,0 +1,734 @@
+// The dcomm torch.distributed backend: see process_group.hpp.
+#include "process_group.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+#ifdef DCOMM_TORCH_CUDA
+#include "cuda_path.hpp"
+#else
+namespace dcomm_torch {
+class CudaPath {};  // a build without CUDA has none
+}  // namespace dcomm_torch
+#endif
+
+namespace dcomm_torch {
+
+using dcomm::DataType;
+using dcomm::Status;
+
+[[noreturn]] void raise(const Status& s) { throw std::runtime_error(s.message()); }
+
+// ---- Work --------------------------------------------------------------------------------
+
+namespace {
+const c10::TypePtr& tensor_list_type() {
+  static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());
+  return type;
+}
+void finish_future(c10::ivalue::Future& f, std::exception_ptr e, const std::vector<at::Tensor>& outputs) {
+  if (e) f.setError(e);
+  else f.markCompleted(c10::IValue(outputs));
+}
+}  // namespace
+
+// Exactly one of complete() and get_future() completes a future: whichever sees both the
+// future and the end.
+void WorkState::complete(std::exception_ptr e) {
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    error = e;
+    done = true;
+    f = future;
+  }
+  cv.notify_all();
+  if (f) finish_future(*f, e, outputs);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkState::get_future() {
+  std::unique_lock<std::mutex> lock(mu);
+  if (future) return future;
+  future = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type());
+  auto f = future;
+  const bool finished = done;
+  lock.unlock();
+  if (finished) finish_future(*f, error, outputs);
+  return f;
+}
+
+void DcommWork::start_if_pending() {
+  std::function<void()> start;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    start = std::move(state_->start);
+    state_->start = nullptr;
+  }
+  if (start) start();
+}
+
+bool DcommWork::isCompleted() {
+  start_if_pending();
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+bool DcommWork::isSuccess() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done && !state_->error;
+}
+std::exception_ptr DcommWork::exception() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->error;
+}
+std::vector<at::Tensor> DcommWork::result() { return state_->outputs; }
+
+// Blocks until the call ends (each of its waits has dcomm's deadline); `timeout` > 0 bounds
+// this wait only. Rethrows the call's error as a RuntimeError.
+bool DcommWork::wait(std::chrono::milliseconds timeout) {
+  start_if_pending();
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (timeout.count() > 0) {
+    if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
+      throw std::runtime_error("dcomm: the operation did not complete within " + std::to_string(timeout.count()) +
+                               " ms (wait timeout)");
+  } else {
+    state_->cv.wait(lock, [&] { return state_->done; });
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> DcommWork::getFuture() {
+  start_if_pending();
+  return state_->get_future();
+}
+
+// ---- dtypes and ops ------------------------------------------------------------------------
+
+namespace {
+std::string dtype_name(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
+
+std::optional<DataType> reduction_type(at::ScalarType s) {
+  switch (s) {
+    case at::kFloat: return DataType::kFloat32;
+    case at::kDouble: return DataType::kFloat64;
+    case at::kHalf: return DataType::kFloat16;
+    case at::kBFloat16: return DataType::kBfloat16;
+    case at::kChar: return DataType::kInt8;
+    case at::kByte: return DataType::kUint8;
+    case at::kBool: return DataType::kUint8;
+    case at::kInt: return DataType::kInt32;
+    case at::kLong: return DataType::kInt64;
+#if TORCH_VERSION_MAJOR >= 2
+    case at::kFloat8_e4m3fn: return DataType::kFloat8E4M3;
+    case at::kFloat8_e5m2: return DataType::kFloat8E5M2;
+#endif
+    default: return std::nullopt;
+  }
+}
+
+// Dense tensors only; the device checked by the caller.
+void check_dense(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.layout() == at::kStrided, "dcomm: ", what, " does not support ", t.layout(),
+              " tensors (only dense ones)");
+}
+void check_one(const std::vector<at::Tensor>& ts, const char* what) {
+  TORCH_CHECK(ts.size() == 1, "dcomm: ", what, " takes one tensor per process, got ", ts.size());
+  check_dense(ts[0], what);
+}
+size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+// gather's outputs and scatter's inputs at the root: one list of n tensors, each of the size and
+// dtype of `like` (the other side of the call).
+std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& lists, int n, const at::Tensor& like,
+                                  const char* what, const char* role) {
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == n, "dcomm: ", what,
+              ": the root needs one list of ", n, " ", role, " tensors");
+  for (const auto& t : lists[0])
+    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), "dcomm: ", what, ": every ", role,
+                " tensor must match the size and dtype of the ", std::string(role) == "input" ? "output" : "input");
+  return lists[0];
+}
+
+// `t` itself when contiguous, else a contiguous copy (written back by `done`).
+at::Tensor contiguous(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+void write_back(const at::Tensor& user, const at::Tensor& buf) {
+  if (!user.is_same(buf)) user.copy_(buf);
+}
+
+}  // namespace
+
+Reduction reduction_for(const at::Tensor& t, const c10d::ReduceOp& op, const char* what) {
+  const auto type = reduction_type(t.scalar_type());
+  TORCH_CHECK(type.has_value(), "dcomm: ", what, " cannot reduce tensors of dtype ", dtype_name(t),
+              " (supported: float32, float64, float16, bfloat16, int8, uint8, int32, int64, bool",
+              TORCH_VERSION_MAJOR >= 2 ? ", float8_e4m3fn, float8_e5m2)" : ")");
+  Reduction r{*type, dcomm::ReduceOp::kSum};
+  const bool is_bool = t.scalar_type() == at::kBool;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: r.op = is_bool ? dcomm::ReduceOp::kMax : dcomm::ReduceOp::kSum; break;  // logical or
+    case c10d::ReduceOp::PRODUCT: r.op = is_bool ? dcomm::ReduceOp::kMin : dcomm::ReduceOp::kProd; break;  // logical and
+    case c10d::ReduceOp::MIN: r.op = dcomm::ReduceOp::kMin; break;
+    case c10d::ReduceOp::MAX: r.op = dcomm::ReduceOp::kMax; break;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(!is_bool, "dcomm: ", what, " cannot use ReduceOp.AVG with boolean tensors");
+      r.op = dcomm::ReduceOp::kAvg;
+      break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      TORCH_CHECK(t.is_floating_point(), "dcomm: ", what, " uses ReduceOp.PREMUL_SUM on floating-point tensors only, not ",
+                  dtype_name(t));
+      auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+      TORCH_CHECK(s, "dcomm: ", what, ": PREMUL_SUM without its factor");
+#if TORCH_VERSION_MAJOR >= 2
+      r.premul = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
+#else
+      r.premul = s->tensor_factors.empty() ? s->double_factor : s->tensor_factors[0].item<double>();
+#endif
+      break;
+    }
+    default:
+      TORCH_CHECK(false, "dcomm: ", what, " does not support ReduceOp ", static_cast<int>(op.op_),
+                  " (bitwise ops: BAND, BOR, BXOR) on ", dtype_name(t));
+  }
+  return r;
+}
+
+// ---- the process group ---------------------------------------------------------------------
+
+ProcessGroupDcomm::ProcessGroupDcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                     std::chrono::milliseconds timeout)
+    : BackendBase(rank, size) {
+  auto config = dcomm::Config::from_env();
+  if (!config.ok()) raise(config.status());
+  // torch's timeout, unless DCOMM_TIMEOUT_MS says otherwise.
+  if (dcomm::env_or("DCOMM_TIMEOUT_MS").empty() && timeout.count() > 0) config->timeout = timeout;
+  auto inline_bytes = dcomm::env_size("DCOMM_TORCH_INLINE_BYTES", static_cast<long long>(inline_bytes_), 0, 1LL << 40);
+  if (!inline_bytes.ok()) raise(inline_bytes.status());
+  inline_bytes_ = static_cast<size_t>(*inline_bytes);
+
+  // Rendezvous through torch's store: rank 0's unique id (its rendezvous store and job secret)
+  // under a key of this backend's own.
+  // Which backend of this group's store this is (torch 2.x makes one per device type through
+  // the same store): every member counts its own creations there, and they agree.
+  const int64_t nth = store->add("dcomm/made_by/" + std::to_string(rank), 1);
+  const std::string key = "dcomm/unique_id/" + std::to_string(nth);
+  dcomm::UniqueId id;
+  if (rank == 0) {
+    auto made = dcomm::UniqueId::create();
+    if (!made.ok()) raise(made.status().with_context("dcomm backend: making the unique id"));
+    id = *made;
+    const std::string text = id.to_string();
+    store->set(key, std::vector<uint8_t>(text.begin(), text.end()));
+  } else {
+    const std::vector<uint8_t> text = store->get(key);
+    auto parsed = dcomm::UniqueId::parse(std::string(text.begin(), text.end()));
+    if (!parsed.ok()) raise(parsed.status().with_context("dcomm backend: the unique id in torch's store"));
+    id = *parsed;
+  }
+  auto comm = dcomm::Communicator::init(rank, size, id, *config);
+  if (!comm.ok()) raise(comm.status().with_context("dcomm backend"));
+  comm_ = std::move(*comm);
+}
+
+ProcessGroupDcomm::~ProcessGroupDcomm() {
+  start_pending_p2p();
+  queue_.stop();
+#ifdef DCOMM_TORCH_CUDA
+  cuda_.reset();
+#endif
+}
+
+c10::intrusive_ptr<BackendBase> ProcessGroupDcomm::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                          int size, const std::chrono::duration<float>& timeout) {
+  return c10::make_intrusive<ProcessGroupDcomm>(
+      store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                                          size_t bytes, Job job) {
+  start_pending_p2p();  // sends and receives posted before this call go first
+  auto state = std::make_shared<WorkState>();
+  state->outputs = std::move(outputs);
+  queue_.submit(
+      [state, job = std::move(job)] {
+        std::exception_ptr error;
+        try {
+          Status s = job();
+          if (!s.ok()) raise(s);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        state->complete(error);
+      },
+      bytes <= inline_bytes_);
+  return c10::make_intrusive<DcommWork>(group_rank(), type, state);
+}
+
+#ifdef DCOMM_TORCH_CUDA
+#define DCOMM_TORCH_ON_CUDA(tensor, call)                                              \
+  do {                                                                                 \
+    if ((tensor).is_cuda()) {                                                          \
+      if (!cuda_) cuda_ = std::make_unique<CudaPath>(*this, (tensor).device().index()); \
+      return cuda_->call;                                                              \
+    }                                                                                  \
+  } while (0)
+#else
+#define DCOMM_TORCH_ON_CUDA(tensor, call)                                                                       \
+  TORCH_CHECK(!(tensor).is_cuda(), "dcomm: this dcomm_torch was built without CUDA; CUDA tensors need a build " \
+                                   "against a CUDA torch (torch 2.x) with nvcc")
+#endif
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allreduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::AllreduceOptions& opts) {
+  check_one(tensors, "all_reduce");
+  at::Tensor t = tensors[0];
+  const Reduction r = reduction_for(t, opts.reduceOp, "all_reduce");
+  DCOMM_TORCH_ON_CUDA(t, allreduce(t, r));
+  return enqueue(c10d::OpType::ALLREDUCE, {t}, nbytes(t), [this, t, r] {
+    at::Tensor buf = contiguous(t);
+    if (r.premul != 1.0) buf.mul_(r.premul);
+    Status s = comm_->all_reduce(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(buf.numel()), r.type, r.op);
+    if (s.ok()) write_back(t, buf);
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                      const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(), "dcomm: all_reduce_coalesced of no tensors");
+  for (const auto& t : tensors) {
+    check_dense(t, "all_reduce_coalesced");
+    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type() && t.device() == tensors[0].device(),
+                "dcomm: all_reduce_coalesced takes tensors of one dtype and device");
+  }
+  const Reduction r = reduction_for(tensors[0], opts.reduceOp, "all_reduce_coalesced");
+  std::vector<at::Tensor> ts = tensors;
+  size_t bytes = 0;
+  for (const auto& t : ts) bytes += nbytes(t);
+  DCOMM_TORCH_ON_CUDA(ts[0], allreduce_coalesced(ts, r));
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, ts, bytes, [this, ts, r] {
+    std::vector<at::Tensor> flat;
+    for (const auto& t : ts) flat.push_back(t.reshape({-1}));
+    at::Tensor buf = at::cat(flat);
+    if (r.premul != 1.0) buf.mul_(r.premul);
+    Status s = comm_->all_reduce(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(buf.numel()), r.type, r.op);
+    if (!s.ok()) return s;
+    int64_t at = 0;
+    for (const auto& t : ts) {
+      t.copy_(buf.narrow(0, at, t.numel()).view(t.sizes()));
+      at += t.numel();
+    }
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::broadcast(std::vector<at::Tensor>& tensors,
+                                                            const c10d::BroadcastOptions& opts) {
+  check_one(tensors, "broadcast");
+  at::Tensor t = tensors[0];
+  const int root = static_cast<int>(opts.rootRank);
+  DCOMM_TORCH_ON_CUDA(t, broadcast(t, root));
+  return enqueue(c10d::OpType::BROADCAST, {t}, nbytes(t), [this, t, root] {
+    at::Tensor buf = contiguous(t);
+    Status s = comm_->broadcast(buf.data_ptr(), buf.data_ptr(), nbytes(buf), DataType::kUint8, root);
+    if (s.ok()) write_back(t, buf);
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::reduce(std::vector<at::Tensor>& tensors,
+                                                         const c10d::ReduceOptions& opts) {
+  check_one(tensors, "reduce");
+  at::Tensor t = tensors[0];
+  const Reduction r = reduction_for(t, opts.reduceOp, "reduce");
+  const int root = static_cast<int>(opts.rootRank);
+  DCOMM_TORCH_ON_CUDA(t, reduce(t, r, root));
+  return enqueue(c10d::OpType::REDUCE, {t}, nbytes(t), [this, t, r, root] {
+    at::Tensor buf = contiguous(t);
+    if (r.premul != 1.0) buf.mul_(r.premul);
+    Status s = comm_->reduce(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(buf.numel()), r.type, r.op, root);
+    if (s.ok() && group_rank() == root) write_back(t, buf);
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                  const c10d::AllgatherOptions&) {
+  check_dense(input, "all_gather_into_tensor");
+  check_dense(output, "all_gather_into_tensor");
+  TORCH_CHECK(output.numel() == input.numel() * group_size(), "dcomm: all_gather_into_tensor: the output has ",
+              output.numel(), " elements, not ", group_size(), " x ", input.numel());
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "dcomm: all_gather_into_tensor: input and output dtypes differ");
+  at::Tensor in = input, out = output;
+  DCOMM_TORCH_ON_CUDA(in, allgather_base(out, in));
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, {out}, nbytes(out), [this, in, out] {
+    at::Tensor src = contiguous(in), dst = contiguous(out);
+    Status s = comm_->all_gather(src.data_ptr(), dst.data_ptr(), nbytes(src), DataType::kUint8);
+    if (s.ok()) write_back(out, dst);
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllgatherOptions&) {
+  check_one(inputs, "all_gather");
+  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == group_size(),
+              "dcomm: all_gather needs one list of ", group_size(), " output tensors");
+  at::Tensor in = inputs[0];
+  std::vector<at::Tensor> outs = outputs[0];
+  for (const auto& o : outs)
+    TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+                "dcomm: all_gather: every output tensor must match the input's size and dtype");
+  DCOMM_TORCH_ON_CUDA(in, allgather(outs, in));
+  return enqueue(c10d::OpType::ALLGATHER, outs, nbytes(in) * outs.size(), [this, in, outs] {
+    at::Tensor src = contiguous(in);
+    at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
+    Status s = comm_->all_gather(src.data_ptr(), flat.data_ptr(), nbytes(src), DataType::kUint8);
+    if (!s.ok()) return s;
+    for (size_t r = 0; r < outs.size(); ++r)
+      outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view(outs[r].sizes()));
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                      std::vector<at::Tensor>& inputs,
+                                                                      const c10d::AllgatherOptions&) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == group_size(), "dcomm: all_gather_coalesced needs ", group_size(),
+              " output lists");
+  for (const auto& t : inputs) {
+    check_dense(t, "all_gather_coalesced");
+    TORCH_CHECK(t.device().is_cpu(), "dcomm: all_gather_coalesced runs on CPU tensors");
+  }
+  std::vector<at::Tensor> ins = inputs, all;
+  for (const auto& list : outputs) {
+    TORCH_CHECK(list.size() == ins.size(), "dcomm: all_gather_coalesced: each output list needs ", ins.size(), " tensors");
+    all.insert(all.end(), list.begin(), list.end());
+  }
+  auto outs = outputs;
+  return enqueue(c10d::OpType::ALLGATHER_COALESCED, all, 0, [this, ins, outs] {
+    std::vector<at::Tensor> flat;
+    for (const auto& t : ins) flat.push_back(t.reshape({-1}).view(at::kByte));
+    at::Tensor mine = at::cat(flat);
+    at::Tensor gathered = at::empty({mine.numel() * group_size()}, mine.options());
+    Status s = comm_->all_gather(mine.data_ptr(), gathered.data_ptr(), static_cast<size_t>(mine.numel()), DataType::kUint8);
+    if (!s.ok()) return s;
+    for (int r = 0; r < group_size(); ++r) {
+      int64_t at = static_cast<int64_t>(r) * mine.numel();
+      for (size_t i = 0; i < ins.size(); ++i) {
+        const int64_t n = static_cast<int64_t>(nbytes(ins[i]));
+        outs[static_cast<size_t>(r)][i].view({-1}).view(at::kByte).copy_(gathered.narrow(0, at, n));
+        at += n;
+      }
+    }
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                       const c10d::ReduceScatterOptions& opts) {
+  check_dense(input, "reduce_scatter_tensor");
+  check_dense(output, "reduce_scatter_tensor");
+  TORCH_CHECK(input.numel() == output.numel() * group_size(), "dcomm: reduce_scatter_tensor: the input has ",
+              input.numel(), " elements, not ", group_size(), " x ", output.numel());
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "dcomm: reduce_scatter_tensor: input and output dtypes differ");
+  const Reduction r = reduction_for(input, opts.reduceOp, "reduce_scatter_tensor");
+  at::Tensor in = input, out = output;
+  DCOMM_TORCH_ON_CUDA(in, reduce_scatter_base(out, in, r));
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, nbytes(in), [this, in, out, r] {
+    at::Tensor src = r.premul != 1.0 ? in.mul(r.premul).contiguous() : contiguous(in), dst = contiguous(out);
+    Status s = comm_->reduce_scatter(src.data_ptr(), dst.data_ptr(), static_cast<size_t>(dst.numel()), r.type, r.op);
+    if (s.ok()) write_back(out, dst);
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<std::vector<at::Tensor>>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) {
+  check_one(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == group_size(),
+              "dcomm: reduce_scatter needs one list of ", group_size(), " input tensors");
+  at::Tensor out = outputs[0];
+  for (const auto& i : inputs[0])
+    TORCH_CHECK(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(),
+                "dcomm: reduce_scatter: every input tensor must match the output's size and dtype");
+  const Reduction r = reduction_for(out, opts.reduceOp, "reduce_scatter");
+  std::vector<at::Tensor> ins = inputs[0];
+  DCOMM_TORCH_ON_CUDA(out, reduce_scatter(out, ins, r));
+  return enqueue(c10d::OpType::REDUCE_SCATTER, {out}, nbytes(out) * ins.size(), [this, ins, out, r] {
+    std::vector<at::Tensor> flat;
+    for (const auto& t : ins) flat.push_back(t.reshape({-1}));
+    at::Tensor src = at::cat(flat);
+    if (r.premul != 1.0) src.mul_(r.premul);
+    at::Tensor dst = contiguous(out);
+    Status s = comm_->reduce_scatter(src.data_ptr(), dst.data_ptr(), static_cast<size_t>(dst.numel()), r.type, r.op);
+    if (s.ok()) write_back(out, dst);
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                         std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  check_one(inputs, "gather");
+  const int root = static_cast<int>(opts.rootRank), me = group_rank(), n = group_size();
+  at::Tensor in = inputs[0];
+  std::vector<at::Tensor> outs;
+  if (me == root) outs = root_list(outputs, n, in, "gather", "output");
+  DCOMM_TORCH_ON_CUDA(in, gather(outs, in, root));
+  return enqueue(c10d::OpType::GATHER, outs, nbytes(in) * static_cast<size_t>(n), [this, in, outs, root, me, n] {
+    at::Tensor src = contiguous(in);
+    std::vector<dcomm::P2POp> ops;
+    std::vector<at::Tensor> bufs;
+    if (me != root) {
+      ops.push_back(dcomm::P2POp::send(src.data_ptr(), nbytes(src), DataType::kUint8, root));
+    } else {
+      for (int r = 0; r < n; ++r) {
+        bufs.push_back(contiguous(outs[static_cast<size_t>(r)]));
+        if (r == me) bufs.back().copy_(src.view(bufs.back().sizes()));
+        else ops.push_back(dcomm::P2POp::recv(bufs.back().data_ptr(), nbytes(src), DataType::kUint8, r));
+      }
+    }
+    Status s = comm_->p2p(ops);
+    if (s.ok())
+      for (size_t r = 0; r < bufs.size(); ++r) write_back(outs[r], bufs[r]);
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::scatter(std::vector<at::Tensor>& outputs,
+                                                          std::vector<std::vector<at::Tensor>>& inputs,
+                                                          const c10d::ScatterOptions& opts) {
+  check_one(outputs, "scatter");
+  const int root = static_cast<int>(opts.rootRank), me = group_rank(), n = group_size();
+  at::Tensor out = outputs[0];
+  std::vector<at::Tensor> ins;
+  if (me == root) ins = root_list(inputs, n, out, "scatter", "input");
+  DCOMM_TORCH_ON_CUDA(out, scatter(out, ins, root));
+  return enqueue(c10d::OpType::SCATTER, {out}, nbytes(out) * static_cast<size_t>(n), [this, ins, out, root, me, n] {
+    at::Tensor dst = contiguous(out);
+    std::vector<dcomm::P2POp> ops;
+    std::vector<at::Tensor> srcs;
+    if (me == root) {
+      for (int r = 0; r < n; ++r) {
+        srcs.push_back(contiguous(ins[static_cast<size_t>(r)]));
+        if (r == me) dst.copy_(srcs.back().view(dst.sizes()));
+        else ops.push_back(dcomm::P2POp::send(srcs.back().data_ptr(), nbytes(dst), DataType::kUint8, r));
+      }
+    } else {
+      ops.push_back(dcomm::P2POp::recv(dst.data_ptr(), nbytes(dst), DataType::kUint8, root));
+    }
+    Status s = comm_->p2p(ops);
+    if (s.ok()) write_back(out, dst);
+    return s;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                std::vector<int64_t>& output_splits,
+                                                                std::vector<int64_t>& input_splits,
+                                                                const c10d::AllToAllOptions&) {
+  check_dense(input, "all_to_all_single");
+  check_dense(output, "all_to_all_single");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "dcomm: all_to_all_single: input and output dtypes differ");
+  const int n = group_size();
+  // Splits count rows (the first dimension); none given: equal parts.
+  auto offsets = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+    const int64_t rows = t.dim() ? t.size(0) : 1;
+    const size_t row_bytes = rows ? nbytes(t) / static_cast<size_t>(rows) : 0;
+    std::vector<std::pair<size_t, size_t>> parts;  // (offset, bytes) per rank
+    if (splits.empty()) {
+      TORCH_CHECK(rows % n == 0, "dcomm: all_to_all_single: ", which, " has ", rows, " rows, not a multiple of ", n);
+      for (int r = 0; r < n; ++r)
+        parts.emplace_back(static_cast<size_t>(r) * static_cast<size_t>(rows / n) * row_bytes,
+                           static_cast<size_t>(rows / n) * row_bytes);
+    } else {
+      TORCH_CHECK(static_cast<int>(splits.size()) == n, "dcomm: all_to_all_single: ", which, " splits need ", n, " entries");
+      size_t at = 0;
+      int64_t total = 0;
+      for (int64_t s : splits) {
+        TORCH_CHECK(s >= 0, "dcomm: all_to_all_single: a negative split");
+        parts.emplace_back(at, static_cast<size_t>(s) * row_bytes);
+        at += static_cast<size_t>(s) * row_bytes;
+        total += s;
+      }
+      TORCH_CHECK(total == rows, "dcomm: all_to_all_single: ", which, " splits add up to ", total, " rows, not ", rows);
+    }
+    return parts;
+  };
+  auto in_parts = offsets(input, input_splits, "the input");
+  auto out_parts = offsets(output, output_splits, "the output");
+  at::Tensor in = input, out = output;
+  DCOMM_TORCH_ON_CUDA(in, alltoall(out, in, out_parts, in_parts));
+  return enqueue(c10d::OpType::ALLTOALL_BASE, {out}, nbytes(in), [this, in, out, in_parts, out_parts, n] {
+    at::Tensor src = contiguous(in), dst = contiguous(out);
+    std::vector<dcomm::P2POp> ops;
+    const char* s = static_cast<const char*>(src.data_ptr());
+    char* d = static_cast<char*>(dst.data_ptr());
+    for (int r = 0; r < n; ++r) {
+      ops.push_back(dcomm::P2POp::send(s + in_parts[static_cast<size_t>(r)].first, in_parts[static_cast<size_t>(r)].second,
+                                       DataType::kUint8, r));
+      ops.push_back(dcomm::P2POp::recv(d + out_parts[static_cast<size_t>(r)].first, out_parts[static_cast<size_t>(r)].second,
+                                       DataType::kUint8, r));
+    }
+    Status st = comm_->p2p(ops);
+    if (st.ok()) write_back(out, dst);
+    return st;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllToAllOptions&) {
+  const int n = group_size();
+  TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
+              "dcomm: all_to_all needs ", n, " input and ", n, " output tensors");
+  for (int r = 0; r < n; ++r) {
+    check_dense(inputs[static_cast<size_t>(r)], "all_to_all");
+    check_dense(outputs[static_cast<size_t>(r)], "all_to_all");
+    TORCH_CHECK(inputs[static_cast<size_t>(r)].device().is_cpu(), "dcomm: all_to_all (a list of tensors) runs on CPU tensors");
+  }
+  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  size_t bytes = 0;
+  for (const auto& t : ins) bytes += nbytes(t);
+  return enqueue(c10d::OpType::ALLTOALL, outs, bytes, [this, ins, outs, n] {
+    std::vector<at::Tensor> srcs, dsts;
+    std::vector<dcomm::P2POp> ops;
+    for (int r = 0; r < n; ++r) {
+      srcs.push_back(contiguous(ins[static_cast<size_t>(r)]));
+      dsts.push_back(contiguous(outs[static_cast<size_t>(r)]));
+      ops.push_back(dcomm::P2POp::send(srcs.back().data_ptr(), nbytes(srcs.back()), DataType::kUint8, r));
+      ops.push_back(dcomm::P2POp::recv(dsts.back().data_ptr(), nbytes(dsts.back()), DataType::kUint8, r));
+    }
+    Status s = comm_->p2p(ops);
+    if (s.ok())
+      for (int r = 0; r < n; ++r) write_back(outs[static_cast<size_t>(r)], dsts[static_cast<size_t>(r)]);
+    return s;
+  });
+}
+
+// ---- point to point --------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::point_to_point(c10d::OpType type, std::vector<at::Tensor>& tensors,
+                                                                 int peer, int tag) {
+  const bool is_send = type == c10d::OpType::SEND;
+  check_one(tensors, is_send ? "send" : "recv");
+  TORCH_CHECK(peer >= 0 && peer < group_size(), "dcomm: ", is_send ? "send to" : "recv from", " rank ", peer,
+              ", which is not in this group of ", group_size());
+  at::Tensor t = tensors[0];
+  DCOMM_TORCH_ON_CUDA(t, point_to_point(is_send, t, peer, tag));
+  auto state = std::make_shared<WorkState>();
+  state->outputs = {t};
+  state->start = [this] { start_pending_p2p(); };
+  {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    pending_.push_back({is_send, contiguous(t), t, peer, tag, state});
+  }
+  return c10::make_intrusive<DcommWork>(group_rank(), type, state);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  return point_to_point(c10d::OpType::SEND, tensors, dst, tag);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  return point_to_point(c10d::OpType::RECV, tensors, src, tag);
+}
+
+// The sends and receives gathered so far run as one batch (a job on the queue): they progress
+// together, and messages between a pair in one direction match in posting order, their tags
+// checked.
+void ProcessGroupDcomm::start_pending_p2p() {
+  std::vector<PendingOp> batch;
+  {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    if (coalescing_ || pending_.empty()) return;
+    batch.swap(pending_);
+  }
+  for (auto& p : batch) {
+    std::lock_guard<std::mutex> lock(p.state->mu);
+    p.state->start = nullptr;
+  }
+  size_t bytes = 0;
+  for (const auto& p : batch) bytes += nbytes(p.tensor);
+  queue_.submit(
+      [this, batch] {
+        std::vector<dcomm::P2POp> ops;
+        for (const auto& p : batch)
+          ops.push_back(p.is_send ? dcomm::P2POp::send(p.tensor.data_ptr(), nbytes(p.tensor), DataType::kUint8, p.peer, p.tag)
+                                  : dcomm::P2POp::recv(p.tensor.data_ptr(), nbytes(p.tensor), DataType::kUint8, p.peer, p.tag));
+        std::exception_ptr error;
+        try {
+          Status s = comm_->p2p(ops);
+          if (!s.ok()) raise(s);
+          for (const auto& p : batch)
+            if (!p.is_send) write_back(p.user, p.tensor);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        for (const auto& p : batch) p.state->complete(error);
+      },
+      bytes <= inline_bytes_);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::barrier(const c10d::BarrierOptions&) {
+#ifdef DCOMM_TORCH_CUDA
+  if (cuda_) cuda_->synchronize();  // as NCCL's barrier: the group's GPU work is done too
+#endif
+  return enqueue(c10d::OpType::BARRIER, {}, 0, [this] { return comm_->barrier(); });
+}
+
+// A barrier whose failure names the rank that did not come (dcomm's errors always do).
+void ProcessGroupDcomm::monitoredBarrier(const c10d::BarrierOptions& opts, bool) {
+  auto work = barrier(opts);
+  work->wait(opts.timeout.count() > 0 ? opts.timeout : std::chrono::milliseconds(0));
+}
+
+#if TORCH_VERSION_MAJOR >= 2
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                  std::vector<at::Tensor>& inputs,
+                                                                                  const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "dcomm: all_gather_into_tensor_coalesced: as many outputs as inputs");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t i = 0; i < inputs.size(); ++i) last = _allgather_base(outputs[i], inputs[i], opts);
+  return last;  // in call order: the last one done means all are
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                  std::vector<at::Tensor>& inputs,
+                                                                                  const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "dcomm: reduce_scatter_tensor_coalesced: as many outputs as inputs");
+  c10::intrusive_ptr<c10d::Work> last;
+  for (size_t i = 0; i < inputs.size(); ++i) last = _reduce_scatter_base(outputs[i], inputs[i], opts);
+  return last;
+}
+// batch_isend_irecv on CUDA tensors, and coalesced collectives: the calls in between start
+// together (one group).
+void ProcessGroupDcomm::startCoalescing() {
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  coalescing_ = true;
+#ifdef DCOMM_TORCH_CUDA
+  if (cuda_) cuda_->group_start();
+#endif
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::endCoalescing() {
+  {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    coalescing_ = false;
+  }
+#ifdef DCOMM_TORCH_CUDA
+  if (cuda_ && cuda_->in_group()) return cuda_->group_end();
+#endif
+  std::shared_ptr<WorkState> last;
+  {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    if (!pending_.empty()) last = pending_.back().state;
+  }
+  start_pending_p2p();
+  if (last) return c10::make_intrusive<DcommWork>(group_rank(), c10d::OpType::UNKNOWN, last);
+  return enqueue(c10d::OpType::UNKNOWN, {}, 0, [] { return Status{}; });
+}
+#endif
+
+}  // namespace dcomm_torch

@@ -1,0 +1,50 @@
+"""Builds dcomm_torch against the installed torch, with torch's own extension tooling.
+
+    pip install --no-build-isolation ./python      (a venv, or --break-system-packages on Debian)
+
+C++20 (dcomm is a C++20 header library, in ../include). With a CUDA build of torch and nvcc
+at hand the CUDA path is built too (DCOMM_TORCH_CUDA=0 turns it off; DCOMM_TORCH_CUDA=1
+insists)."""
+import os
+import shutil
+
+from setuptools import setup
+import torch
+from torch.utils import cpp_extension
+
+here = os.path.dirname(os.path.abspath(__file__))
+include = os.path.normpath(os.path.join(here, "..", "include"))
+if not os.path.isdir(os.path.join(include, "dcomm")):
+    include = os.path.join(here, "dcomm_torch", "include")  # an sdist carries the headers
+
+want_cuda = os.environ.get("DCOMM_TORCH_CUDA", "auto")
+have_cuda = torch.version.cuda is not None and (cpp_extension.CUDA_HOME is not None or shutil.which("nvcc"))
+cuda = want_cuda == "1" or (want_cuda == "auto" and have_cuda)
+if want_cuda == "1" and not have_cuda:
+    raise SystemExit("DCOMM_TORCH_CUDA=1 but torch has no CUDA or nvcc is missing")
+
+csrc = os.path.join("dcomm_torch", "csrc")
+sources = [os.path.join(csrc, f) for f in ("module.cpp", "process_group.cpp")]
+cxx = ["-std=c++20", "-O3", "-g0", "-Wno-deprecated-declarations"]
+macros = []
+if cuda:
+    sources += [os.path.join(csrc, "cuda_path.cpp"), os.path.join(csrc, "device_glue.cu")]
+    macros.append(("DCOMM_TORCH_CUDA", "1"))
+    arch = os.environ.get("DCOMM_TORCH_CUDA_ARCH", "90")
+    nvcc = ["-std=c++20", "-O3", "--expt-relaxed-constexpr", "-diag-suppress=2810,20011,20014",
+            f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+    ext = cpp_extension.CUDAExtension("dcomm_torch._C", sources, include_dirs=[include], define_macros=macros,
+                                      extra_compile_args={"cxx": cxx, "nvcc": nvcc}, libraries=["crypto"])
+else:
+    ext = cpp_extension.CppExtension("dcomm_torch._C", sources, include_dirs=[include], define_macros=macros,
+                                     extra_compile_args=cxx, libraries=["crypto"])
+
+setup(
+    name="dcomm_torch",
+    version="0.1.0",
+    description="dcomm as a torch.distributed backend (backend='dcomm')",
+    packages=["dcomm_torch"],
+    ext_modules=[ext],
+    cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
+    zip_safe=False,
+)
