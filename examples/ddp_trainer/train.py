@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""The Python twin of ddp_trainer: the same data, models, sampling and optimizer with torch's own
+DistributedDataParallel, on the dcomm torch backend (or Gloo, to compare).
+
+    torchrun --nproc-per-node 2 examples/ddp_trainer/train.py [--model cnn|mlp] [--epochs N]
+             [--batch B] [--accum K] [--lr X] [--bucket-mb X] [--backend dcomm|gloo] [--out DIR]
+             [--steps N]
+
+Needs dcomm_torch importable (PYTHONPATH=build/python, or pip install ./python). Writes
+OUT/metrics.csv with the C++ trainer's columns (exposed communication is not measured here).
+"""
+import argparse
+import contextlib
+import gzip
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def load(data, split):
+    def idx(path, dims):
+        raw = gzip.open(path).read()
+        magic = int.from_bytes(raw[:4], "big")
+        if magic != 0x800 | dims:
+            raise SystemExit(f"train.py: {path}: wrong magic number {magic}")
+        shape = [int.from_bytes(raw[4 + 4 * d: 8 + 4 * d], "big") for d in range(dims)]
+        body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims)
+        if body.size != int(np.prod(shape)):
+            raise SystemExit(f"train.py: {path}: truncated")
+        return body.reshape(shape)
+    images = idx(f"{data}/{split}-images-idx3-ubyte.gz", 3)
+    labels = idx(f"{data}/{split}-labels-idx1-ubyte.gz", 1)
+    x = (torch.from_numpy(images.copy()).float().div_(255).sub_(0.2860).div_(0.3530)).unsqueeze(1)
+    return x, torch.from_numpy(labels.astype(np.int64))
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(784, 256), nn.Linear(256, 128), nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.c(F.relu(self.b(F.relu(self.a(x.flatten(1))))))
+
+
+class Cnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(1, 32, 3, padding=1), nn.Conv2d(32, 64, 3, padding=1)
+        self.f1, self.f2 = nn.Linear(64 * 7 * 7, 128), nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.c1(x)), 2)
+        x = F.max_pool2d(F.relu(self.c2(x)), 2)
+        return self.f2(F.relu(self.f1(x.flatten(1))))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--model", default="cnn", choices=["cnn", "mlp"])
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch", type=int, default=64, help="per rank")
+    p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--bucket-mb", type=float, default=25)
+    p.add_argument("--backend", default="dcomm", choices=["dcomm", "gloo"])
+    p.add_argument("--out", default="ddp_trainer_py_out")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--steps", type=int, default=0, help="at most this many steps per epoch (0: the whole shard)")
+    a = p.parse_args()
+    if a.backend == "dcomm":
+        import dcomm_torch  # noqa: F401  (registers "dcomm")
+    torch.set_num_threads(1)
+    dist.init_process_group(a.backend)
+    rank, size = dist.get_rank(), dist.get_world_size()
+    train_x, train_y = load(a.data, "train")
+    test_x, test_y = load(a.data, "t10k")
+    torch.manual_seed(a.seed)
+    model = nn.parallel.DistributedDataParallel(Mlp() if a.model == "mlp" else Cnn(), bucket_cap_mb=a.bucket_mb)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    sampler = torch.utils.data.DistributedSampler(range(len(train_x)), num_replicas=size, rank=rank, seed=a.seed)
+    steps = len(sampler) // (a.batch * a.accum)
+    if a.steps:
+        steps = min(steps, a.steps)
+    if rank == 0:
+        os.makedirs(a.out, exist_ok=True)
+        csv = open(os.path.join(a.out, "metrics.csv"), "w")
+        csv.write("epoch,loss,test_accuracy,samples_per_s,exposed_comm_share,step_ms\n")
+        print(f"# train.py: {a.model}, {size} ranks, backend {a.backend}, batch {a.batch} x {a.accum}, {steps} steps per epoch")
+    for epoch in range(1, a.epochs + 1):
+        sampler.set_epoch(epoch)
+        idx = torch.tensor(list(sampler))
+        t0, loss_sum = time.perf_counter(), 0.0
+        model.train()
+        for s in range(steps):
+            for k in range(a.accum):
+                b = idx[(s * a.accum + k) * a.batch:(s * a.accum + k + 1) * a.batch]
+                with model.no_sync() if k < a.accum - 1 else contextlib.nullcontext():
+                    loss = F.cross_entropy(model(train_x[b]), train_y[b]) / a.accum
+                    loss.backward()
+                loss_sum += loss.item()
+            opt.step()
+            opt.zero_grad()
+            if rank == 0 and (s + 1) % max(1, steps // 4) == 0:
+                print(f"  epoch {epoch}  step {s + 1}/{steps}  loss {loss_sum / (s + 1):.4f}", flush=True)
+        took = time.perf_counter() - t0
+        model.eval()
+        with torch.no_grad():
+            mine = torch.arange(rank, len(test_x), size)
+            correct = sum(int((model.module(test_x[mine[i:i + 1000]]).argmax(1) == test_y[mine[i:i + 1000]]).sum())
+                          for i in range(0, len(mine), 1000))
+        figs = torch.tensor([loss_sum / max(1, steps), float(correct), float(len(mine)), took], dtype=torch.float64)
+        dist.all_reduce(figs)
+        if rank == 0:
+            loss, acc = figs[0].item() / size, figs[1].item() / figs[2].item()
+            sps = steps * a.batch * a.accum * size / (figs[3].item() / size)
+            print(f"epoch {epoch}  loss {loss:.4f}  test accuracy {100 * acc:.2f}%  {sps:.0f} samples/s")
+            csv.write(f"{epoch},{loss:.6f},{acc:.6f},{sps:.1f},,{1e3 * figs[3].item() / size / max(1, steps):.4f}\n")
+            csv.flush()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
