@@ -81,7 +81,7 @@ build() {
     -DDCOMM_WITH_HWLOC=OFF "${prefix[@]}" >"$build/configure.log" 2>&1 || { tail -30 "$build/configure.log"; die "configure failed"; }
   rm -rf "$BIN" && mkdir -p "$BIN/lib"
   local t built=()
-  for t in test_gpu dcomm-bench dcomm-micro-kernel_bench; do
+  for t in test_gpu dcomm-bench dcomm-micro-kernel_bench dcomm_nccl nccl_local_test; do
     if cmake --build "$build" --target "$t" -j "$(nproc)" >"$build/build-$t.log" 2>&1; then
       built+=("$t")
     else
@@ -93,6 +93,8 @@ build() {
   for t in "${built[@]}"; do
     find "$build" -type f -name "$t" -perm -u+x -exec cp {} "$BIN/" \;
   done
+  # dcomm's libnccl.so.2 (its tests find it through LD_LIBRARY_PATH=$BIN/lib there).
+  cp -a "$build"/nccl/libnccl.so* "$BIN/lib/" 2>/dev/null
   # Shared libraries the binaries need that a CUDA machine may not have (Google Benchmark).
   for f in "$BIN"/*; do
     [ -f "$f" ] || continue
@@ -159,6 +161,27 @@ while IFS= read -r name; do
     exit 1
   fi
 done <"$CS_WORK/order.txt"
+
+# 2b. dcomm's libnccl.so.2 on device memory: 2 ranks on the GPU through the NCCL API (every
+# collective, PreMulSum with a device scalar, a CUDA graph replayed).
+if [ -x "$BIN/nccl_local_test" ] && [ -f "$BIN/lib/libnccl.so.2" ]; then
+  cs_step nccl_device 60 15 "$BIN/nccl_local_test" device
+else
+  cs_record nccl_device skipped 0 "dcomm's libnccl.so.2 or nccl_local_test was not built"
+fi
+# nccl-tests, when a checkout built with make is at NCCL_TESTS_DIR: its *_perf -c 1 on one GPU
+# through dcomm (LD_PRELOAD) and through the real NCCL of the pip wheel, one rank each (real NCCL
+# refuses two ranks on one GPU).
+NCCL_TESTS_BIN=${NCCL_TESTS_DIR:+$NCCL_TESTS_DIR/build}
+if [ -n "$NCCL_TESTS_BIN" ] && [ -x "$NCCL_TESTS_BIN/all_reduce_perf" ]; then
+  REAL_NCCL=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+  for p in all_reduce all_gather reduce_scatter broadcast; do
+    cs_step "nccltests_${p}_dcomm" 45 10 env LD_PRELOAD="$BIN/lib/libnccl.so.2" "$NCCL_TESTS_BIN/${p}_perf" -b 64M -e 256M -f 2 -g 1 -c 1 -n 20 -w 5
+    [ -n "$REAL_NCCL" ] && cs_step "nccltests_${p}_nccl" 45 10 env LD_LIBRARY_PATH="$REAL_NCCL" "$NCCL_TESTS_BIN/${p}_perf" -b 64M -e 256M -f 2 -g 1 -c 1 -n 20 -w 5
+  done
+else
+  cs_record nccl_tests skipped 0 "NCCL_TESTS_DIR is not set to a built nccl-tests checkout"
+fi
 
 # 3. Kernel microbenchmarks: bytes read + written per second, next to the device copy.
 if [ -x "$BIN/dcomm-micro-kernel_bench" ]; then

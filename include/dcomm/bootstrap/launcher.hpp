@@ -134,11 +134,15 @@ struct UniqueId {
   static Result<UniqueId> create() {
     auto ip = detail::advertised_ip();
     if (!ip.ok()) return ip.status();
+    return create_at({*ip, 0});
+  }
+  // The same with the store at `at` (port 0: any free port), e.g. DCOMM_COMM_ID's address.
+  static Result<UniqueId> create_at(const SocketAddress& at) {
     auto secret = JobSecret::random();
     if (!secret.ok()) return secret.status();
-    auto server = detail::serve_store(*ip, 0, 1, {*secret, {}});
+    auto server = detail::serve_store(at.host, at.port, 1, {*secret, {}});
     if (!server.ok()) return server.status();
-    return UniqueId{{*ip, (*server)->address().port}, detail::random_u64(), *secret};
+    return UniqueId{{at.host, (*server)->address().port}, detail::random_u64(), *secret};
   }
   // dcomm2:<16 hex digits: nonce>:<64 hex digits: secret>@host:port
   std::string to_string() const {

@@ -102,6 +102,21 @@ decltype(auto) dispatch_type(DataType type, F&& f) {
   return f.template operator()<uint8_t>();  // unreachable: callers validate the type first
 }
 
+// dst[i] = src[i] * factor over `count` elements (NCCL's PreMulSum scaling; in place when dst ==
+// src), `factor` one element of `type`: the arithmetic of the device's scale_on_device.
+inline Status scale_on_host(void* dst, const void* src, size_t count, DataType type, const void* factor) {
+  if (!is_valid(type)) return invalid_argument("scale_on_host: unknown data type ", static_cast<int>(type));
+  dispatch_type(type, [&]<class T>() {
+    T f;
+    std::memcpy(&f, factor, sizeof(T));
+    const T* in = static_cast<const T*>(src);
+    T* out = static_cast<T*>(dst);
+    for (size_t i = 0; i < count; ++i) out[i] = combine<T, ProdOp>(in[i], f);
+    return 0;
+  });
+  return {};
+}
+
 // allow_simd = false gives the portable loops (the reference the SIMD ones are tested against).
 inline Result<Reducer> make_host_reducer(DataType type, ReduceOp op, int ranks, bool allow_simd = true) {
   if (!is_valid(type)) return invalid_argument("unknown data type ", static_cast<int>(type));

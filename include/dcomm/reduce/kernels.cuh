@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
@@ -47,6 +48,16 @@ template <class T, class Op>
 __global__ void __launch_bounds__(kElementwiseThreads, 2) reduce_kernel(T* dst, T* dst2, const T* a, const T* b, size_t n,
                                                                      int divide_by) {
   team_reduce<T, Op>(GridTeam{}, dst, dst2, a, b, n, divide_by);
+}
+// dst[i] = src[i] * factor (PreMulSum's scaling), the factor read here from device memory
+// when `on_device`, else the value passed.
+template <class T>
+__global__ void __launch_bounds__(kElementwiseThreads) scale_kernel(T* dst, const T* src, size_t n, const T* on_device,
+                                                                   T value) {
+  const T f = on_device ? *on_device : value;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = combine<T, ProdOp>(src[i], f);
 }
 __global__ void __launch_bounds__(kElementwiseThreads, 2) copy_kernel(void* dst, void* dst2, const void* src, size_t bytes) {
   team_copy(GridTeam{}, dst, dst2, src, bytes);
@@ -92,6 +103,25 @@ inline Status reduce_on_device(void* dst, void* dst2, const void* a, const void*
     });
   });
   return cuda_status(cudaGetLastError(), detail::cat("reduce kernel (", to_string(type), " ", to_string(op), ")"));
+}
+
+// dst = src * factor over `count` elements on `stream` (in place when dst == src); `factor` is
+// one element of `type`, in device memory read when the kernel runs (factor_on_device), else
+// in host memory read now.
+inline Status scale_on_device(void* dst, const void* src, size_t count, DataType type, const void* factor,
+                              bool factor_on_device, cudaStream_t stream) {
+  if (!is_valid(type)) return invalid_argument("scale_on_device: unknown data type");
+  if (count == 0) return {};
+  dispatch_type(type, [&]<class T>() {
+    T value{};
+    if (!factor_on_device) std::memcpy(&value, factor, sizeof(T));
+    const unsigned blocks = detail::blocks_for<&detail::scale_kernel<T>>(count * sizeof(T), sizeof(T));
+    detail::scale_kernel<T><<<blocks, detail::kElementwiseThreads, 0, stream>>>(
+        static_cast<T*>(dst), static_cast<const T*>(src), count, factor_on_device ? static_cast<const T*>(factor) : nullptr,
+        value);
+    return 0;
+  });
+  return cuda_status(cudaGetLastError(), detail::cat("scale kernel (", to_string(type), ")"));
 }
 
 // dst = src (bytes), and dst2 the same when set.

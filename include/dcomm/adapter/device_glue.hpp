@@ -1,0 +1,46 @@
+// The device communicator (dcomm.cuh, nvcc only) behind plain functions, for adapters whose
+// own code compiles with the host compiler (the torch backend, the NCCL-ABI library). Streams
+// are cudaStream_t passed as void*; every call is stream-ordered and returns at once
+// (comm/device_comm.cuh). The definitions are in device_glue_impl.cuh: include that from
+// exactly one .cu file of the binary.
+#pragma once
+
+#include "dcomm/comm/communicator.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+namespace adapter {
+
+struct DeviceHandle;  // a DeviceCommunicator
+
+// Collective over `host`: binds this rank to CUDA device `device`.
+Result<DeviceHandle*> device_create(Communicator& host, int device);
+void device_destroy(DeviceHandle* d);  // collective too, unless aborted (device_comm.cuh)
+
+Status device_all_reduce(DeviceHandle* d, const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                         void* stream);
+Status device_broadcast(DeviceHandle* d, const void* send, void* recv, size_t count, DataType type, int root,
+                        void* stream);
+Status device_reduce(DeviceHandle* d, const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+                     void* stream);
+Status device_all_gather(DeviceHandle* d, const void* send, void* recv, size_t send_count, DataType type, void* stream);
+Status device_reduce_scatter(DeviceHandle* d, const void* send, void* recv, size_t recv_count, DataType type,
+                             ReduceOp op, void* stream);
+Status device_send(DeviceHandle* d, const void* buf, size_t bytes, int peer, void* stream);
+Status device_recv(DeviceHandle* d, void* buf, size_t bytes, int peer, void* stream);
+void device_group_start(DeviceHandle* d);
+Status device_group_end(DeviceHandle* d);
+// The first failure a kernel reported (a dead peer, the deadline), or ok.
+Status device_error(DeviceHandle* d);
+// Ends this rank's waiting kernels now and aborts the host communicator.
+void device_abort(DeviceHandle* d, const std::string& why);
+
+// Stream-ordered scratch (cudaMallocAsync; capturable), and dst[i] = src[i] * factor on
+// `stream`, the factor one element of `type` in device memory (read when the kernel runs)
+// or, when factor_on_device is false, in host memory (read now).
+Result<void*> device_scratch(size_t bytes, void* stream);
+void device_scratch_free(void* p, void* stream);
+Status device_scale(void* dst, const void* src, size_t count, DataType type, const void* factor, bool factor_on_device,
+                    void* stream);
+
+}  // namespace adapter
+DCOMM_NAMESPACE_END
