@@ -37,16 +37,13 @@ def timed(op, args):
         t0 = time.perf_counter()
         for _ in range(3):
             op()
-        probe = torch.tensor([(time.perf_counter() - t0) / 3], dtype=torch.float64)
-        dist.all_reduce(probe, op=dist.ReduceOp.MAX)
-        iters = int(min(20000, max(5, 0.3 / max(probe.item(), 1e-7))))
+        probe = slowest((time.perf_counter() - t0) / 3)
+        iters = int(min(20000, max(5, 0.3 / max(probe, 1e-7))))
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
         op()
-    us = torch.tensor([(time.perf_counter() - t0) / iters * 1e6], dtype=torch.float64)
-    dist.all_reduce(us, op=dist.ReduceOp.MAX)
-    return us.item(), iters
+    return slowest((time.perf_counter() - t0) / iters * 1e6), iters
 
 
 def slowest(us):

@@ -86,8 +86,7 @@ class GradSync {
     for (size_t k = 0; k < params_.size(); ++k)
       if (!ready_[k]) {
         auto& p = params_[k];
-        const auto [b, off] = slot_[k];
-        auto dst = buckets_[b].flat.narrow(0, static_cast<int64_t>(off), p.numel());
+        auto dst = slice(k);
         if (p.grad().defined()) dst.copy_(p.grad().reshape(-1));
         else dst.zero_();
         mark_ready(k);
@@ -97,8 +96,7 @@ class GradSync {
     torch::NoGradGuard no_grad;
     for (size_t k = 0; k < params_.size(); ++k) {
       auto& p = params_[k];
-      const auto [b, off] = slot_[k];
-      auto avg = buckets_[b].flat.narrow(0, static_cast<int64_t>(off), p.numel()).view(p.sizes());
+      auto avg = slice(k).view(p.sizes());
       if (p.grad().defined()) p.mutable_grad().copy_(avg);
       else p.mutable_grad() = avg.to(torch::kFloat32);
     }
@@ -117,11 +115,16 @@ class GradSync {
     size_t bucket, offset;  // in elements
   };
 
+  // Parameter k's place in its bucket's flat buffer.
+  torch::Tensor slice(size_t k) {
+    const auto [b, off] = slot_[k];
+    return buckets_[b].flat.narrow(0, static_cast<int64_t>(off), params_[k].numel());
+  }
+
   void on_grad(size_t k, const torch::Tensor& grad) {
     if (!sync_ || ready_[k]) return;
     auto& p = params_[k];
-    const auto [b, off] = slot_[k];
-    auto dst = buckets_[b].flat.narrow(0, static_cast<int64_t>(off), p.numel());
+    auto dst = slice(k);
     torch::NoGradGuard no_grad;
     if (p.grad().defined()) dst.copy_((p.grad() + grad).reshape(-1));  // accumulated micro-batches + this one
     else dst.copy_(grad.reshape(-1));

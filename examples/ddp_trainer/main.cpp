@@ -157,9 +157,10 @@ struct LossScale {
   int good = 0;
   bool unscale_and_check(const std::vector<torch::Tensor>& params) {
     torch::NoGradGuard no_grad;
-    bool finite = true;
-    for (const auto& p : params) finite = finite && p.grad().isfinite().all().item<bool>();
-    if (!finite) {
+    // One test over every gradient (one host sync, not one per parameter).
+    std::vector<torch::Tensor> all_finite;
+    for (const auto& p : params) all_finite.push_back(p.grad().isfinite().all());
+    if (!torch::stack(all_finite).all().item<bool>()) {
       scale /= 2;
       good = 0;
       return false;
@@ -320,14 +321,13 @@ int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split
     auto figs = sum_over_ranks(comm, {loss_sum / std::max<double>(1, static_cast<double>(steps)), exposed, step_time, took});
     const double samples_per_s = static_cast<double>(steps * per_step * size) / (figs[3] / size);
     const double share = figs[2] > 0 ? figs[1] / figs[2] : 0;
+    const double step_ms = 1e3 * figs[2] / size / std::max<double>(1, static_cast<double>(steps));
     if (lead) {
       if (!o.quiet)
         std::printf("epoch %d  loss %.4f  test accuracy %.2f%%  %.0f samples/s  exposed communication %.1f%% of step time  "
                     "(%.2f ms per step)\n",
-                    epoch, figs[0] / size, 100 * acc, samples_per_s, 100 * share,
-                    1e3 * figs[2] / size / std::max<double>(1, static_cast<double>(steps)));
-      std::fprintf(csv, "%d,%.6f,%.6f,%.1f,%.5f,%.4f\n", epoch, figs[0] / size, acc, samples_per_s, share,
-                   1e3 * figs[2] / size / std::max<double>(1, static_cast<double>(steps)));
+                    epoch, figs[0] / size, 100 * acc, samples_per_s, 100 * share, step_ms);
+      std::fprintf(csv, "%d,%.6f,%.6f,%.1f,%.5f,%.4f\n", epoch, figs[0] / size, acc, samples_per_s, share, step_ms);
       std::fflush(csv);
       save_checkpoint(o, *net, opt, epoch, ls);
     }

@@ -153,7 +153,7 @@ std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& li
   return lists[0];
 }
 
-// `t` itself when contiguous, else a contiguous copy (written back by `done`).
+// `t` itself when contiguous, else a contiguous copy (written back by `write_back`).
 at::Tensor contiguous(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
 void write_back(const at::Tensor& user, const at::Tensor& buf) {
   if (!user.is_same(buf)) user.copy_(buf);
