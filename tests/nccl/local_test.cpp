@@ -6,7 +6,9 @@
 // `device` (the GPU check; exit 77 without a GPU): 2 ranks on GPU 0 as threads of this process
 // (ncclCommInitAll), every collective on device memory from one thread in groups, PreMulSum with
 // a device scalar, and an all_reduce captured in a CUDA graph and replayed.
-//   nccl_local_test all|initall|killed|abort_wait|abort_group|device
+// `env` (run by ctest with NCCL variables set): each mapped onto dcomm's when the library
+// loaded, dcomm's own kept where set, and the variable without an equivalent named once.
+//   nccl_local_test all|initall|killed|abort_wait|abort_group|device|env
 #include <nccl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -174,6 +176,42 @@ void abort_group() {
   CHECK(ok, "abort inside a group");
 }
 
+// ---- the NCCL environment ---------------------------------------------------------------------
+
+void env() {
+  auto is = [](const char* name, const char* want) {
+    const char* got = std::getenv(name);
+    CHECK(got && std::strcmp(got, want) == 0, "%s is '%s', want '%s'", name, got ? got : "(unset)", want);
+  };
+  is("DCOMM_DEBUG", "INFO");  // NCCL_DEBUG=INFO
+  is("DCOMM_ALGO", "all_reduce:double_tree;broadcast:ring");  // NCCL_ALGO=allreduce:Tree;broadcast:Ring
+  is("DCOMM_SOCKET_IFNAME", "lo");  // DCOMM_SOCKET_IFNAME=lo wins over NCCL_SOCKET_IFNAME=eth9
+  is("DCOMM_IB_HCA", "mlx5_0:1");  // NCCL_IB_HCA==mlx5_0:1,mlx5_1
+  CHECK(std::getenv("DCOMM_CUDA_P2P_DISABLE") == nullptr, "NCCL_P2P_DISABLE was not set, yet DCOMM_CUDA_P2P_DISABLE is");
+  // The log (NCCL_DEBUG_FILE, mapped to DCOMM_DEBUG_FILE) names NCCL_NO_SUCH_KNOB once.
+  const char* pattern = std::getenv("DCOMM_DEBUG_FILE");
+  CHECK(pattern != nullptr, "NCCL_DEBUG_FILE was not mapped");
+  if (!pattern) return;
+  std::string path = pattern;  // ".../nccl_env.%p.log": this process's own log
+  if (size_t at = path.find("%p"); at != std::string::npos) path.replace(at, 2, std::to_string(getpid()));
+  const char* file = path.c_str();
+  int version = 0;
+  ncclGetVersion(&version);  // the library is loaded and its log written by now
+  FILE* f = std::fopen(file, "r");
+  CHECK(f != nullptr, "no log at %s", file);
+  if (!f) return;
+  char line[1024];
+  int named = 0, wins = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    named += std::strstr(line, "NCCL_NO_SUCH_KNOB has no dcomm equivalent") != nullptr;
+    wins += std::strstr(line, "NCCL_SOCKET_IFNAME is set but DCOMM_SOCKET_IFNAME wins") != nullptr;
+  }
+  std::fclose(f);
+  std::remove(file);
+  CHECK(named == 1, "NCCL_NO_SUCH_KNOB named %d times in %s", named, file);
+  CHECK(wins == 1, "the DCOMM_SOCKET_IFNAME precedence was logged %d times", wins);
+}
+
 // ---- device memory (the GPU check) -------------------------------------------------------------
 
 #define CUDA_CHECK(call) CHECK((call) == cudaSuccess, "%s: %s", #call, cudaGetErrorString(cudaGetLastError()))
@@ -306,6 +344,7 @@ int main(int argc, char** argv) {
   if (what == "abort_wait") abort_wait();
   if (what == "abort_group") abort_group();
   if (what == "device") return device();
+  if (what == "env") env();
   std::printf(failures ? "FAILED: %d\n" : "ok\n", failures);
   return failures ? 1 : 0;
 }
