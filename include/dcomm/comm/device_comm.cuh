@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +44,7 @@
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/reduce/kernels.cuh"
+#include "dcomm/transport/shm.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
@@ -127,7 +129,7 @@ struct DeviceFacts {
   cudaIpcMemHandle_t ipc{};
   uint64_t device_arena = 0;  // pointer value, for ranks of the same process
   uint64_t host_arena_ptr = 0;
-  char shm_name[48] = {};
+  char shm_path[256] = {};  // the pinned host arena's file (in DCOMM_SHM_DIR)
 };
 }  // namespace detail
 
@@ -162,16 +164,11 @@ class DeviceCommunicator {
     detail::DeviceGuard on(device_);
     cudaDeviceSynchronize();
     for (void* p : opened_ipc_) cudaIpcCloseMemHandle(p);
-    for (auto& m : mapped_host_) {
-      cudaHostUnregister(m.first);
-      munmap(m.first, m.second);
-    }
+    for (auto& m : mapped_host_) cudaHostUnregister(m.get());
+    mapped_host_.clear();
     if (ready_ && !staged_only_ && size() > 1 && !host_.aborted()) host_.barrier().ignore();
-    if (host_arena_) {
-      cudaHostUnregister(host_arena_);
-      munmap(host_arena_, layout_.bytes());
-      shm_unlink(shm_name_.c_str());
-    }
+    if (host_arena_) cudaHostUnregister(host_arena_);
+    host_arena_map_.reset();  // unmaps it and removes its file
     if (device_arena_) cudaFree(device_arena_);
     for (void* p : device_allocs_) cudaFree(p);
     if (control_) cudaFreeHost(control_);
@@ -347,9 +344,13 @@ class DeviceCommunicator {
       DCOMM_RETURN_IF_ERROR(cuda_status(cudaIpcGetMemHandle(&where.ipc, device_arena_), "cudaIpcGetMemHandle"));
     where.device_arena = reinterpret_cast<uintptr_t>(device_arena_);
     if (any_host) {
-      shm_name_ = "/" + detail::unique_shm_name(detail::cat("cuda", me));
-      DCOMM_RETURN_IF_ERROR(map_host_arena(shm_name_, true, &host_arena_));
-      std::snprintf(where.shm_name, sizeof where.shm_name, "%s", shm_name_.c_str());
+      const std::string& dir = host_.config().shm_dir;
+      detail::sweep_dead_shm(dir);
+      const std::string path = detail::cat(dir, "/", detail::unique_shm_name(detail::cat("cuda", me)));
+      if (path.size() >= sizeof where.shm_path)
+        return invalid_argument("DCOMM_SHM_DIR '", dir, "' is too long for the device arena's file name");
+      DCOMM_RETURN_IF_ERROR(map_host_arena(path, true, &host_arena_));
+      std::snprintf(where.shm_path, sizeof where.shm_path, "%s", path.c_str());
       where.host_arena = 1;
       where.host_arena_ptr = reinterpret_cast<uintptr_t>(host_arena_);
     }
@@ -381,7 +382,7 @@ class DeviceCommunicator {
         peer_dev[static_cast<size_t>(r)] = static_cast<char*>(p);
         if (f.host_arena) {
           void* hp = nullptr;
-          DCOMM_RETURN_IF_ERROR(map_host_arena(f.shm_name, false, &hp));
+          DCOMM_RETURN_IF_ERROR(map_host_arena(f.shm_path, false, &hp));
           peer_host[static_cast<size_t>(r)] = device_view(hp);
         }
       }
@@ -471,25 +472,19 @@ class DeviceCommunicator {
     void* d = nullptr;
     return cudaHostGetDevicePointer(&d, host, 0) == cudaSuccess ? static_cast<char*>(d) : nullptr;
   }
-  // A POSIX shared-memory arena, registered with CUDA as mapped pinned memory.
-  Status map_host_arena(const std::string& name, bool create, void** out) {
+  // A shared-memory arena (transport/shm.hpp's regions: pages reserved, in DCOMM_SHM_DIR),
+  // registered with CUDA as mapped pinned memory: this rank's own (create) or a peer's.
+  Status map_host_arena(const std::string& path, bool create, void** out) {
     const size_t bytes = layout_.bytes();
-    int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT | O_EXCL : 0), 0600);
-    if (fd < 0) return make_error(ErrorCode::kSystemError, "shm_open ", name, ": ", std::strerror(errno));
-    if (create && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      close(fd);
-      return make_error(ErrorCode::kOutOfResources, "cannot size ", name, " to ", bytes, " bytes: ", std::strerror(errno));
-    }
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) return make_error(ErrorCode::kSystemError, "mmap ", name, ": ", std::strerror(errno));
-    if (create) std::memset(p, 0, bytes);
+    auto m = create ? detail::create_shm_region(path, bytes, host_.config().shm_dir, "the device path's pinned host FIFOs")
+                    : detail::open_shm_region(path, bytes, /*unlink_now=*/false, "device-path host arena",
+                                              "do all ranks set the same DCOMM_CUDA_CHANNELS, _SLOTS and _SLOT_BYTES?");
+    if (!m.ok()) return m.status();
+    void* p = m->get();
     cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
-    if (e != cudaSuccess) {
-      munmap(p, bytes);
-      return cuda_status(e, detail::cat("cudaHostRegister of ", name));
-    }
-    if (!create) mapped_host_.emplace_back(p, bytes);
+    if (e != cudaSuccess) return cuda_status(e, detail::cat("cudaHostRegister of ", path));
+    if (create) host_arena_map_.emplace(std::move(*m));
+    else mapped_host_.push_back(std::move(*m));
     *out = p;
     return {};
   }
@@ -693,9 +688,9 @@ class DeviceCommunicator {
   detail::ArenaLayout layout_{};
   void* device_arena_ = nullptr;
   void* host_arena_ = nullptr;
-  std::string shm_name_;
   std::vector<void*> opened_ipc_;
-  std::vector<std::pair<void*, size_t>> mapped_host_;
+  std::optional<detail::ShmMapping> host_arena_map_;  // this rank's pinned host arena
+  std::vector<detail::ShmMapping> mapped_host_;       // the peers' pinned host arenas
   std::vector<void*> device_allocs_;
   DeviceConn* ring_conns_ = nullptr;
   DeviceConn* send_conns_ = nullptr;

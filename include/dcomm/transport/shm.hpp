@@ -55,11 +55,11 @@ class ShmMapping {
   std::string path_;  // set on the creating side only
 };
 
-inline std::string shm_full_message(const std::string& dir, size_t need) {
+inline std::string shm_full_message(const std::string& dir, size_t need, const char* what = "one shared-memory FIFO") {
   struct statvfs st{};
   std::string free_text = "unknown";
   if (statvfs(dir.c_str(), &st) == 0) free_text = detail::cat(st.f_bavail * st.f_frsize / (1024 * 1024), " MiB");
-  return cat(dir, " is too small: ", need / (1024 * 1024), " MiB needed for one shared-memory FIFO, ", free_text,
+  return cat(dir, " is too small: ", need / (1024 * 1024), " MiB needed for ", what, ", ", free_text,
              " free. In Docker, run with --shm-size=1g (or --ipc=host); otherwise lower DCOMM_SLOT_BYTES or "
              "DCOMM_SLOTS, point DCOMM_SHM_DIR at a larger tmpfs, or use DCOMM_TRANSPORT=tcp");
 }
@@ -111,43 +111,59 @@ inline void sweep_dead_shm(const std::string& dir) {
     DCOMM_LOG(kInfo, kSubsysTransport, -1, "removed ", removed, " shared-memory file(s) that exited dcomm processes left in ", dir);
 }
 
-inline Result<ShmMapping> create_shm_fifo(const std::string& path, const Config& c) {
-  size_t bytes = fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots));
+// A shared-memory region of `bytes` as a new file at `path` (in `dir`, DCOMM_SHM_DIR): its pages
+// reserved with posix_fallocate, so a full tmpfs is an error now and not a SIGBUS later, and
+// mapped. The mapping unlinks the file when it goes, in case no peer ever opened it.
+inline Result<ShmMapping> create_shm_region(const std::string& path, size_t bytes, const std::string& dir,
+                                            const char* what) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return errno_status(cat("cannot create shared-memory file ", path).c_str());
   int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (rc != 0) {
     ::close(fd);
     ::unlink(path.c_str());
-    if (rc == ENOSPC) return make_error(ErrorCode::kOutOfResources, shm_full_message(c.shm_dir, bytes));
+    if (rc == ENOSPC) return make_error(ErrorCode::kOutOfResources, shm_full_message(dir, bytes, what));
     return errno_status(cat("posix_fallocate on ", path).c_str(), rc);
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) {
     ::unlink(path.c_str());
-    return errno_status("mmap of shared-memory FIFO");
+    return errno_status(cat("mmap of ", what).c_str());
   }
-  FifoRef::initialize(p, c.slot_bytes, static_cast<size_t>(c.slots));
   return ShmMapping(p, bytes, path);
 }
 
-inline Result<ShmMapping> open_shm_fifo(const std::string& path, const Config& c) {
-  size_t bytes = fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots));
+// Maps the region another rank created at `path`, which must be `bytes` long (`mismatch` says
+// what to check when it is not). unlink_now: this is its only reader, so the name goes once
+// both ends have it mapped; otherwise its creator removes it.
+inline Result<ShmMapping> open_shm_region(const std::string& path, size_t bytes, bool unlink_now, const char* what,
+                                          const char* mismatch) {
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return errno_status(cat("cannot open the peer's shared-memory file ", path).c_str());
   struct stat st{};
   fstat(fd, &st);
   if (static_cast<size_t>(st.st_size) != bytes) {
     ::close(fd);
-    return invalid_argument("shared-memory FIFO ", path, " is ", st.st_size, " bytes, expected ", bytes,
-                            ": do all ranks set the same DCOMM_SLOT_BYTES and DCOMM_SLOTS?");
+    return invalid_argument(what, " ", path, " is ", st.st_size, " bytes, expected ", bytes, ": ", mismatch);
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   ::close(fd);
-  ::unlink(path.c_str());  // both ends are mapped now
-  if (p == MAP_FAILED) return errno_status("mmap of the peer's shared-memory FIFO");
+  if (unlink_now) ::unlink(path.c_str());
+  if (p == MAP_FAILED) return errno_status(cat("mmap of the peer's ", what).c_str());
   return ShmMapping(p, bytes, {});
+}
+
+inline Result<ShmMapping> create_shm_fifo(const std::string& path, const Config& c) {
+  auto m = create_shm_region(path, fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots)), c.shm_dir,
+                             "one shared-memory FIFO");
+  if (m.ok()) FifoRef::initialize(m->get(), c.slot_bytes, static_cast<size_t>(c.slots));
+  return m;
+}
+
+inline Result<ShmMapping> open_shm_fifo(const std::string& path, const Config& c) {
+  return open_shm_region(path, fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots)), /*unlink_now=*/true,
+                         "shared-memory FIFO", "do all ranks set the same DCOMM_SLOT_BYTES and DCOMM_SLOTS?");
 }
 }  // namespace detail
 
