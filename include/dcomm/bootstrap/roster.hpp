@@ -18,12 +18,11 @@
 #include <vector>
 
 #include "dcomm/bootstrap/launcher.hpp"
+#include "dcomm/bootstrap/peer_info.hpp"
 #include "dcomm/bootstrap/store.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
-#include "dcomm/transport/cma.hpp"
-#include "dcomm/transport/transport.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 

@@ -69,30 +69,6 @@ DCOMM_HOST_DEVICE inline T divide(T v, int ranks) {
   return narrow<T>(static_cast<acc_t<T>>(widen(v) / static_cast<acc_t<T>>(ranks)));
 }
 
-// The functor type behind each ReduceOp; kAvg reduces with a sum and divides at the end.
-template <ReduceOp Op>
-struct OpFunctor;
-template <>
-struct OpFunctor<ReduceOp::kSum> {
-  using type = SumOp;
-};
-template <>
-struct OpFunctor<ReduceOp::kAvg> {
-  using type = SumOp;
-};
-template <>
-struct OpFunctor<ReduceOp::kProd> {
-  using type = ProdOp;
-};
-template <>
-struct OpFunctor<ReduceOp::kMin> {
-  using type = MinOp;
-};
-template <>
-struct OpFunctor<ReduceOp::kMax> {
-  using type = MaxOp;
-};
-
 // Calls f.template operator()<Functor>() with the functor of `op` (kAvg: SumOp; the caller
 // divides); the one op switch of the device path, as dispatch_type is the one type switch.
 template <class F>

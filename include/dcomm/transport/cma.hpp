@@ -12,19 +12,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "dcomm/bootstrap/peer_info.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 
 DCOMM_NAMESPACE_BEGIN
-
-namespace detail {
-inline constexpr uint64_t kProbeMagic = 0x64636f6d6d434d41ull;  // "dcommCMA"
-// A word every process holds at a known address, for peers to test that they can read us.
-inline const volatile uint64_t& cma_probe_word() {
-  static const volatile uint64_t word = kProbeMagic;
-  return word;
-}
-}  // namespace detail
 
 namespace detail {
 // Moves `bytes` between `local` here and `remote` in process `pid` with process_vm_readv or

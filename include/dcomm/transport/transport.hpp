@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "dcomm/bootstrap/peer_info.hpp"
 #include "dcomm/bootstrap/store.hpp"
 #include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
@@ -20,22 +21,6 @@
 #include "dcomm/transport/fifo.hpp"
 
 DCOMM_NAMESPACE_BEGIN
-
-// What the bootstrap learned about a rank.
-struct PeerInfo {
-  int rank = -1;
-  std::string hostname;
-  std::string host_id;  // equal for ranks that can share memory (same machine, IPC and net namespace)
-  int pid = 0;
-  std::string address;  // host:port this rank's mesh listener accepts on
-  uint64_t process_id = 0;  // unique per process (threads as ranks share it)
-  uint64_t probe_addr = 0;  // where this process keeps its cross-memory-attach probe word
-  bool rdma = false;        // the host has an RDMA device (/sys/class/infiniband)
-  int built = 0;            // optional transports compiled in: kBuiltUcx | kBuiltVerbs
-  static constexpr int kBuiltUcx = 1, kBuiltVerbs = 2;
-
-  std::string describe() const { return detail::cat("rank ", rank, " (host ", hostname, ", pid ", pid, ")"); }
-};
 
 // The failure state of one rank's communicator: the first error to abort it wins, and every
 // wait on any of its connections returns that error from then on. It also shows the call the
