@@ -27,6 +27,39 @@
 
 DCOMM_NAMESPACE_BEGIN
 
+// Runs a schedule over the ports: `buf` is the working buffer (elements of `eb` bytes). Each
+// transfer is one p2p batch (its send and receive progress together). A reducing receive
+// folds each slot into the buffer as it arrives, unless the same step still sends from that
+// range (recursive doubling sends and folds the whole buffer): then it lands in `tmp` and is
+// folded after. The slot size must be a multiple of `eb`.
+inline Status run_schedule(const std::vector<PeerPort*>& ports, int rank, const Config& config, const Schedule& s,
+                           const Reducer* r, size_t eb, char* buf, char* tmp = nullptr) {
+  for (const Step& st : s) {
+    if (st.kind == Step::Kind::kFinalize) {
+      if (r) r->finalize(buf + st.recv.begin * eb, st.recv.size());
+      continue;
+    }
+    const bool overlap = st.send_peer >= 0 && st.send.begin < st.recv.end && st.recv.begin < st.send.end;
+    const bool staged = st.reduce && overlap;
+    if (staged && !tmp) return make_error(ErrorCode::kInternal, "schedule folds into a range it sends, without a buffer");
+    char* dst = buf + st.recv.begin * eb;
+    P2POp ops[2];
+    size_t n = 0;
+    if (st.send_peer >= 0) ops[n++] = P2POp::send(buf + st.send.begin * eb, st.send.size() * eb, DataType::kUint8, st.send_peer);
+    if (st.recv_peer >= 0) {
+      ops[n] = P2POp::recv(staged ? tmp : dst, st.recv.size() * eb, DataType::kUint8, st.recv_peer);
+      if (st.reduce && !staged) ops[n].fold = r, ops[n].peer_first = st.peer_first;
+      ++n;
+    }
+    DCOMM_RETURN_IF_ERROR(run_p2p(std::span<const P2POp>(ops, n), rank, ports, config));
+    if (staged) {
+      if (st.peer_first) r->reduce(dst, tmp, dst, st.recv.size());
+      else r->reduce(dst, dst, tmp, st.recv.size());
+    }
+  }
+  return {};
+}
+
 // The ports of a communicator, for schedules that talk to arbitrary peers.
 struct PeerSet {
   const std::vector<PeerPort*>& ports;  // ports[p]: to rank p (null for this rank)

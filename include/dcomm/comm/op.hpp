@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "dcomm/algo/p2p.hpp"
+#include "dcomm/algo/p2p_op.hpp"
 #include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
