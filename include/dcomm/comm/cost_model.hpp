@@ -13,49 +13,12 @@
 #include <string>
 
 #include "dcomm/comm/op.hpp"
+#include "dcomm/core/algorithms.hpp"
 #include "dcomm/core/config.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
-// kSingleCopyIfRegistered: single copy when every rank's buffers came from dcomm::mem_alloc
-// (known to all ranks once the descriptors are swapped), else the ring.
-enum class Algorithm {
-  kRing,
-  kDirect,
-  kSingleCopy,
-  kSingleCopyIfRegistered,
-  kRecursiveDoubling,
-  kRabenseifner,
-  kHalvingDoubling,
-  kTree,
-  kDoubleTree,
-  kHierarchical,
-  kOrdered  // DCOMM_DETERMINISTIC: algo/ordered.hpp
-};
-
-inline const char* to_string(Algorithm a) {
-  switch (a) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kSingleCopy: return "single_copy";
-    case Algorithm::kSingleCopyIfRegistered: return "single_copy_if_registered";
-    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
-    case Algorithm::kRabenseifner: return "rabenseifner";
-    case Algorithm::kHalvingDoubling: return "halving_doubling";
-    case Algorithm::kTree: return "tree";
-    case Algorithm::kDoubleTree: return "double_tree";
-    case Algorithm::kHierarchical: return "hierarchical";
-    case Algorithm::kOrdered: return "ordered";
-  }
-  return "?";
-}
-
-inline Algorithm algorithm_named(const std::string& name) {
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kDirect, Algorithm::kSingleCopy, Algorithm::kRecursiveDoubling,
-                      Algorithm::kRabenseifner, Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kDoubleTree, Algorithm::kHierarchical})
-    if (name == to_string(a)) return a;
-  return Algorithm::kRing;
-}
+inline Algorithm algorithm_named(const std::string& name) { return parse_algorithm(name).value_or(Algorithm::kRing); }
 
 struct CallShape {
   OpKind kind;

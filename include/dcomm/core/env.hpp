@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 
+#include "dcomm/core/algorithms.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 
@@ -75,22 +76,6 @@ enum class TransportChoice { kAuto, kInproc, kShm, kTcp, kUcx, kVerbs };
 // Whether a proxy thread moves this link's slots (it holds a local FIFO at each end).
 inline bool proxied(TransportChoice k) {
   return k == TransportChoice::kTcp || k == TransportChoice::kUcx || k == TransportChoice::kVerbs;
-}
-
-// The collectives an algorithm can be forced for (DCOMM_ALGO), in OpKind order, and the
-// algorithm names each accepts ("ring" is the chain for broadcast and reduce).
-inline constexpr const char* kAlgoCollectives[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
-inline bool algo_valid_for(const std::string& name, int collective) {
-  static const char* const kValid[][9] = {
-      {"ring", "direct", "single_copy", "recursive_doubling", "rabenseifner", "tree", "double_tree", "hierarchical",
-       nullptr},
-      {"ring", "single_copy", "halving_doubling", nullptr},
-      {"ring", "single_copy", "halving_doubling", nullptr},
-      {"ring", "single_copy", "tree", nullptr},
-      {"ring", "tree", nullptr}};
-  for (const char* const* v = kValid[collective]; *v; ++v)
-    if (name == *v) return true;
-  return false;
 }
 
 // DCOMM_ALGO, as NCCL_ALGO: entries separated by ';' or ',', each "name" (every collective that
