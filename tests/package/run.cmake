@@ -2,7 +2,7 @@
 # with dcomm's source tree added as a subdirectory.
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/dcomm -DDCOMM_BUILD_TESTS=OFF
-                        -DDCOMM_BUILD_BENCH=OFF -DDCOMM_BUILD_EXAMPLES=OFF -DCMAKE_INSTALL_PREFIX=${WORK}/prefix
+                        -DDCOMM_BUILD_BENCH=OFF -DDCOMM_BUILD_EXAMPLES=OFF -DDCOMM_BUILD_NCCL=OFF -DDCOMM_BUILD_TORCH=OFF -DCMAKE_INSTALL_PREFIX=${WORK}/prefix
                 RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "configuring dcomm failed")
