@@ -395,7 +395,6 @@ struct Group {
   std::vector<std::pair<ncclComm*, std::function<void()>>> creations;
   std::vector<std::unique_ptr<ncclComm>> discarded;            // NCCL_SPLIT_NOCOLOR's: no comm results
   std::vector<std::pair<ncclComm*, std::vector<Call>>> calls;  // per communicator, in first-call order
-  ncclResult_t error = ncclSuccess;                            // a call refused inside the group
 };
 thread_local Group t_group;
 
@@ -436,7 +435,7 @@ ncclResult_t run_each(size_t n, const std::function<ncclResult_t(size_t)>& f) {
 ncclResult_t group_end() {
   Group g = std::move(t_group);
   t_group = Group{};
-  ncclResult_t result = g.error;
+  ncclResult_t result = ncclSuccess;
   // Creations first, concurrently (each waits for its peers); non-blocking ones go on in the
   // background and the group says ncclInProgress.
   bool background = false;
@@ -573,6 +572,12 @@ ncclResult_t init_rank(ncclComm_t* comm, int nranks, const ncclUniqueId& commId,
   return start_creation(comm, opt, current_device(), [rank, nranks, id = *id] { return Communicator::init(rank, nranks, id); });
 }
 
+// The live PreMulSum op `op` of this communicator, or null (caller holds c->mu).
+PreMulSum* live_premul(ncclComm* c, ncclRedOp_t op) {
+  const size_t i = static_cast<size_t>(op) - ncclNumOps;
+  return op >= ncclNumOps && i < c->premul.size() && c->premul[i].live ? &c->premul[i] : nullptr;
+}
+
 // The ops a PreMulSum or built-in id stands for on this communicator.
 ncclResult_t resolve_op(ncclComm* c, ncclRedOp_t op, DataType type, Call* k) {
   if (op >= ncclSum && op < ncclNumOps) {
@@ -580,14 +585,14 @@ ncclResult_t resolve_op(ncclComm* c, ncclRedOp_t op, DataType type, Call* k) {
     return ncclSuccess;
   }
   std::lock_guard<std::mutex> lock(c->mu);
-  const size_t i = static_cast<size_t>(op) - ncclNumOps;
-  if (op < ncclNumOps || i >= c->premul.size() || !c->premul[i].live)
+  const PreMulSum* p = live_premul(c, op);
+  if (!p)
     return fail(ncclInvalidArgument, k->name, ": reduction op ", static_cast<int>(op), " is not built in or a live PreMulSum of this comm");
-  if (c->premul[i].type != type)
-    return fail(ncclInvalidArgument, k->name, ": PreMulSum op ", static_cast<int>(op), " was made for ", to_string(c->premul[i].type),
+  if (p->type != type)
+    return fail(ncclInvalidArgument, k->name, ": PreMulSum op ", static_cast<int>(op), " was made for ", to_string(p->type),
                 ", not ", to_string(type));
   k->op = ReduceOp::kSum;
-  k->premul = c->premul[i];
+  k->premul = *p;
   return ncclSuccess;
 }
 
@@ -928,10 +933,10 @@ DCOMM_NCCL_API ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* sca
 DCOMM_NCCL_API ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   if (ncclResult_t r = usable(comm, "ncclRedOpDestroy"); r != ncclSuccess) return r;
   std::lock_guard<std::mutex> lock(comm->mu);
-  const size_t i = static_cast<size_t>(op) - ncclNumOps;
-  if (op < ncclNumOps || i >= comm->premul.size() || !comm->premul[i].live)
+  PreMulSum* p = live_premul(comm, op);
+  if (!p)
     return fail(ncclInvalidArgument, "ncclRedOpDestroy: op ", static_cast<int>(op), " is not a live PreMulSum of this comm");
-  comm->premul[i].live = false;
+  p->live = false;
   return ncclSuccess;
 }
 

@@ -152,8 +152,6 @@ void check_collective(const char* what, ncclComm_t comm, ncclDataType_t t, int o
   if (op == kPreMul) NCCL_OK(ncclRedOpDestroy(nop, comm));
 }
 
-size_t es_of(ncclDataType_t t) { return elem_size(t); }
-
 // In place for reduce_scatter and scatter means recvbuff is this rank's block of sendbuff (when
 // it_applies): run there, then move the result to the start, where the check reads it.
 ncclResult_t in_own_block(const void* send, void* recv, bool it_applies, size_t offset, size_t bytes,
@@ -184,7 +182,7 @@ void every_collective(ncclComm_t comm) {
       check_collective("ncclReduceScatter", comm, t, op, n * uP, n, [&](size_t i) { return input(me, i); },
                        [&](size_t i) { return reduced(op, ume * n + i, t); },
                        [&](const void* a, void* b, ncclRedOp_t o) {
-                         return in_own_block(a, b, true, ume * n * es_of(t), n * es_of(t),
+                         return in_own_block(a, b, true, ume * n * elem_size(t), n * elem_size(t),
                                              [&](void* dst) { return ncclReduceScatter(a, dst, n, t, o, comm, s); });
                        },
                        0);
