@@ -1,8 +1,9 @@
 // Latency algorithms over all peers: recursive doubling and Rabenseifner all_reduce, recursive
-// halving reduce_scatter and recursive doubling all_gather, and pipelined binary trees for
-// broadcast, reduce and all_reduce. The first four are schedules as data (algo/schedule.hpp,
-// which also explains how any world size folds to a power of two), run over the ports: each
-// exchange is a p2p batch, so two partners sending to each other never deadlock.
+// halving reduce_scatter and recursive doubling all_gather, and the pipelined binary trees
+// (algo/tree_collectives.hpp) over the ports. The first four are schedules as data
+// (algo/schedule.hpp, which also explains how any world size folds to a power of two), run
+// over the ports: each exchange is a p2p batch, so two partners sending to each other never
+// deadlock.
 //
 // Steps and bytes per rank (S the buffer, log = log2 p; see docs/algorithms.md):
 //   recursive doubling all_reduce: log steps, each the whole buffer (S log)
@@ -19,9 +20,11 @@
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/algo/schedule.hpp"
 #include "dcomm/algo/tree.hpp"
+#include "dcomm/algo/tree_collectives.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
+#include "dcomm/prims/peer_prims.hpp"
 #include "dcomm/reduce/copy.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
 
@@ -37,6 +40,11 @@ inline Status run_schedule(const std::vector<PeerPort*>& ports, int rank, const 
   for (const Step& st : s) {
     if (st.kind == Step::Kind::kFinalize) {
       if (r) r->finalize(buf + st.recv.begin * eb, st.recv.size());
+      continue;
+    }
+    if (st.kind == Step::Kind::kCopy) {
+      if (st.recv.size() && st.send.begin != st.recv.begin)
+        std::memmove(buf + st.recv.begin * eb, buf + st.send.begin * eb, st.recv.size() * eb);
       continue;
     }
     const bool overlap = st.send_peer >= 0 && st.send.begin < st.recv.end && st.recv.begin < st.send.end;
@@ -123,124 +131,31 @@ inline Status doubling_all_gather(const PeerSet& ps, const void* send, void* rec
                       nullptr, 1, out);
 }
 
-namespace detail {
-
-// Calls f(at, n) over slices of at most `slice` of `total` (once, with n = 0, when total is 0,
-// so an empty call still exchanges its one message).
-template <class F>
-Status for_slices(size_t total, size_t slice, F f) {
-  for (size_t at = 0; at < total || at == 0; at += slice) {
-    DCOMM_RETURN_IF_ERROR(f(at, std::min(slice, total - at)));
-    if (total == 0) break;
-  }
-  return {};
-}
-
-// One slice of a tree broadcast: from the parent (unless this is the root) to the children.
-inline Status tree_broadcast_slice(const PeerSet& ps, const BinaryTree& t, char* data, size_t bytes) {
-  if (const int parent = t.parent(); parent >= 0) {
-    PeerPort* up = ps.ports[static_cast<size_t>(parent)];
-    auto slot = up->acquire_recv(bytes);
-    if (!slot.ok()) return slot.status();
-    if (bytes) std::memcpy(data, *slot, bytes);
-    up->release_recv();
-  }
-  for (int k = 0; k < 2; ++k)
-    if (int c = t.child(k); c >= 0) DCOMM_RETURN_IF_ERROR(ps.ports[static_cast<size_t>(c)]->post(data, bytes));
-  return {};
-}
-
-// One slice of a tree reduce: this rank's `mine`, then its children's slices in order, folded
-// into `dst` and passed up (a leaf passes its own slice as it is); the root finalizes it.
-inline Status tree_reduce_slice(const PeerSet& ps, const BinaryTree& t, const Reducer& r, const char* mine, char* dst,
-                                size_t n) {
-  const size_t eb = r.elem_bytes;
-  const char* partial = mine;
-  for (int k = 0; k < 2; ++k) {
-    const int c = t.child(k);
-    if (c < 0) continue;
-    PeerPort* down = ps.ports[static_cast<size_t>(c)];
-    auto slot = down->acquire_recv(n * eb);
-    if (!slot.ok()) return slot.status();
-    r.reduce(dst, partial, *slot, n);
-    down->release_recv();
-    partial = dst;
-  }
-  if (t.parent() >= 0) return ps.ports[static_cast<size_t>(t.parent())]->post(partial, n * eb);  // a leaf posts its own
-  copy_if_distinct(dst, partial, n * eb);  // a root without children (one rank)
-  r.finalize(dst, n);
-  return {};
-}
-}  // namespace detail
-
-// Pipelined binary-tree broadcast: slot-sized slices flow down the tree as they arrive.
+// The trees of algo/tree_collectives.hpp over the ports: slices of one slot.
 inline Status tree_broadcast(const PeerSet& ps, int root, const void* send, void* recv, size_t bytes) {
-  const detail::BinaryTree t(ps.size(), root, ps.rank);
-  char* out = static_cast<char*>(recv);
-  if (ps.rank == root) detail::copy_if_distinct(out, send, bytes);
-  if (ps.size() == 1) return {};
-  return detail::for_slices(bytes, ps.config.slot_bytes,
-                            [&](size_t at, size_t n) { return detail::tree_broadcast_slice(ps, t, out + at, n); });
+  PeerPrims o(ps.ports, nullptr, 1, ps.config);
+  return tree_broadcast(o, ps.rank, ps.size(), root, static_cast<const char*>(send), static_cast<char*>(recv), bytes);
 }
 
-// Pipelined binary-tree reduce: each rank folds its children's slices into its own (own data
-// first, then children in order) and passes the slice up.
 inline Status tree_reduce(const PeerSet& ps, const Reducer& r, int root, const void* send, void* recv, size_t count,
                           std::vector<char>& scratch) {
-  const detail::BinaryTree t(ps.size(), root, ps.rank);
-  const size_t eb = r.elem_bytes;
-  const char* in = static_cast<const char*>(send);
-  if (ps.size() == 1) {
-    detail::copy_if_distinct(recv, send, count * eb);
-    r.finalize(recv, count);
-    return {};
-  }
-  const size_t slice = ps.config.slot_bytes / eb;
-  char* acc = detail::scratch_of(scratch, slice * eb);
-  return detail::for_slices(count, slice, [&](size_t at, size_t n) {
-    char* dst = ps.rank == root ? static_cast<char*>(recv) + at * eb : acc;
-    return detail::tree_reduce_slice(ps, t, r, in + at * eb, dst, n);
-  });
+  PeerPrims o(ps.ports, &r, r.elem_bytes, ps.config);
+  return tree_reduce(o, ps.rank, ps.size(), root, static_cast<const char*>(send), static_cast<char*>(recv), count,
+                     detail::scratch_of(scratch, o.slice_elems() * r.elem_bytes));
 }
 
-// Binary tree all_reduce: reduce to rank 0, then broadcast from it.
 inline Status tree_all_reduce(const PeerSet& ps, const Reducer& r, const void* send, void* recv, size_t count,
                               std::vector<char>& scratch) {
-  DCOMM_RETURN_IF_ERROR(tree_reduce(ps, r, 0, send, recv, count, scratch));
-  return tree_broadcast(ps, 0, recv, recv, count * r.elem_bytes);
+  PeerPrims o(ps.ports, &r, r.elem_bytes, ps.config);
+  return tree_all_reduce(o, ps.rank, ps.size(), static_cast<const char*>(send), static_cast<char*>(recv), count,
+                         detail::scratch_of(scratch, o.slice_elems() * r.elem_bytes));
 }
 
-// Double binary tree all_reduce (as NCCL 2.4): the first half of the buffer is reduced and
-// broadcast along a tree rooted at rank 0, the second half along its mirror rooted at rank
-// n-1, slice by slice alternately, so each rank is interior in at most one tree and its links
-// carry about the same bytes both ways.
 inline Status double_tree_all_reduce(const PeerSet& ps, const Reducer& r, const void* send, void* recv, size_t count,
                                      std::vector<char>& scratch) {
-  if (ps.size() < 3 || count < 2) return tree_all_reduce(ps, r, send, recv, count, scratch);
-  const size_t eb = r.elem_bytes, half = count / 2, slice = ps.config.slot_bytes / eb;
-  char* buf = static_cast<char*>(recv);
-  detail::copy_if_distinct(buf, send, count * eb);
-  const detail::BinaryTree trees[2] = {{ps.size(), 0, ps.rank}, {ps.size(), 0, ps.rank, /*mirrored=*/true}};
-  const size_t first[2] = {0, half}, len[2] = {half, count - half};
-  const size_t slices = (count - half + slice - 1) / slice;  // the second half is the longer
-  char* acc = detail::scratch_of(scratch, 2 * slice * eb);
-  for (size_t k = 0; k < slices; ++k)
-    for (int h = 0; h < 2; ++h) {
-      const size_t at = k * slice;
-      if (at >= len[h]) continue;
-      const size_t n = std::min(slice, len[h] - at);
-      char* mine = buf + (first[h] + at) * eb;
-      char* dst = trees[h].parent() < 0 ? mine : acc + static_cast<size_t>(h) * slice * eb;
-      DCOMM_RETURN_IF_ERROR(detail::tree_reduce_slice(ps, trees[h], r, mine, dst, n));
-    }
-  for (size_t k = 0; k < slices; ++k)
-    for (int h = 0; h < 2; ++h) {
-      const size_t at = k * slice;
-      if (at >= len[h]) continue;
-      DCOMM_RETURN_IF_ERROR(
-          detail::tree_broadcast_slice(ps, trees[h], buf + (first[h] + at) * eb, std::min(slice, len[h] - at) * eb));
-    }
-  return {};
+  PeerPrims o(ps.ports, &r, r.elem_bytes, ps.config);
+  return double_tree_all_reduce(o, ps.rank, ps.size(), static_cast<const char*>(send), static_cast<char*>(recv), count,
+                                detail::scratch_of(scratch, 2 * o.slice_elems() * r.elem_bytes));
 }
 
 DCOMM_NAMESPACE_END
