@@ -7,6 +7,8 @@
 //   dcomm-sim -n 8,64 -s 8,1M      other rank counts and sizes
 //   dcomm-sim --local 8            one host of 8 CPU ranks sharing this machine's cores (--cores)
 //                                  (compare: bench/peers/compare.py -N 8 --algos ... --sim)
+//   dcomm-sim plan --grad 1.4G --bucket 25M --compute-ms 120 --hosts 16 --gpus 8
+//                                  a training step's gradient all-reduce on a cluster (sim_plan.hpp)
 #include <sched.h>
 
 #include <algorithm>
@@ -18,6 +20,8 @@
 #include <dcomm/comm/cost_model.hpp>
 #include <dcomm/sim/recorder.hpp>
 #include <dcomm/sim/simulator.hpp>
+
+#include "sim_plan.hpp"
 
 using namespace dcomm;
 
@@ -49,6 +53,7 @@ std::string human(size_t b) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "plan") return dcomm_sim::run_plan(argc, argv, bytes_of);
   std::vector<int> ranks{1024, 65536};
   std::vector<size_t> sizes{8, 1 << 20, size_t{1} << 30};
   SimNetwork net;
