@@ -1,18 +1,25 @@
-// Which transport reaches each peer, and the links the proxy thread moves for the remote ones
-// (UCX endpoints, verbs queue pairs; the TCP sockets come with the mesh), made at init before
-// the proxy starts. Pure set-up: the communicator calls these once and keeps what they make.
+// Which transport reaches each peer, the socket mesh, and the links the proxy thread moves for
+// the remote ones (TCP sockets of the mesh, UCX endpoints, verbs queue pairs), made at init
+// before the proxy starts. Pure set-up: the communicator calls build_transports once and keeps
+// what it makes (HostTransports).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dcomm/bootstrap/auth.hpp"
+#include "dcomm/bootstrap/socket.hpp"
 #include "dcomm/bootstrap/store.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
+#include "dcomm/transport/inproc.hpp"
+#include "dcomm/transport/mesh.hpp"
 #include "dcomm/transport/proxy.hpp"
+#include "dcomm/transport/shm.hpp"
 #include "dcomm/transport/transport.hpp"
 #if DCOMM_HAS_UCX
 #include "dcomm/transport/ucx.hpp"
@@ -140,6 +147,77 @@ inline Result<std::unique_ptr<ProxiedTransport>> make_verbs_links(const LinkCont
   return invalid_argument("rank ", c.rank, ": DCOMM_TRANSPORT=verbs, but this program was built without verbs: link ",
                           "the CMake target dcomm::verbs (packages libibverbs-dev, rdma-core)");
 #endif
+}
+
+// The transports of one rank: threads and shared memory always; the proxy thread and what it
+// moves (the mesh's TCP sockets, UCX endpoints, verbs queue pairs) when some peer needs it.
+// The proxied transports are declared after the proxy, so they go first.
+struct HostTransports {
+  InprocTransport inproc;
+  ShmTransport shm;
+  std::unique_ptr<Proxy> proxy;
+  std::unique_ptr<ProxiedTransport> tcp, ucx, verbs;
+
+  // The transport to each peer by its kind (null for this rank).
+  std::vector<Transport*> table(int rank, const std::vector<TransportChoice>& kinds) {
+    std::vector<Transport*> out(kinds.size(), nullptr);
+    for (size_t p = 0; p < kinds.size(); ++p) {
+      if (static_cast<int>(p) == rank) continue;
+      switch (kinds[p]) {
+        case TransportChoice::kInproc: out[p] = &inproc; break;
+        case TransportChoice::kShm: out[p] = &shm; break;
+        case TransportChoice::kUcx: out[p] = ucx.get(); break;
+        case TransportChoice::kVerbs: out[p] = verbs.get(); break;
+        default: out[p] = tcp.get(); break;
+      }
+    }
+    return out;
+  }
+};
+
+// What building the transports needs beyond the links' context.
+struct TransportSetup {
+  const Socket& listener;  // the mesh's, on the address the roster published
+  uint64_t nonce;          // the communicator's, so meshes of two communicators never cross
+  const JobSecret& secret;
+  std::shared_ptr<AbortState> abort;
+  std::function<Status()> should_stop;  // a rank that gave up during set-up
+};
+
+// Builds the socket mesh (a control socket to every other process, data sockets to the TCP
+// peers) and, when some peer needs it, the proxy with its TCP, UCX and verbs links, then
+// starts the proxy.
+inline Status build_transports(HostTransports& t, int rank, const std::vector<PeerInfo>& peers,
+                               const std::vector<TransportChoice>& kinds, StoreClient& store, const std::string& prefix,
+                               const Config& config, const TransportSetup& setup) {
+  const int size = static_cast<int>(peers.size());
+  MeshPlan plan{std::vector<bool>(static_cast<size_t>(size)), std::vector<int>(static_cast<size_t>(size))};
+  bool need_proxy = false;
+  for (int p = 0; p < size; ++p) {
+    const size_t up = static_cast<size_t>(p);
+    plan.control[up] = p != rank && peers[up].process_id != peers[static_cast<size_t>(rank)].process_id;
+    plan.data_sockets[up] = kinds[up] == TransportChoice::kTcp ? config.sockets_per_peer : 0;
+    need_proxy |= plan.control[up] || proxied(kinds[up]);
+  }
+  auto mesh = build_mesh(rank, setup.nonce, peers, plan, setup.listener, config.timeout, setup.secret, setup.should_stop);
+  if (!mesh.ok()) return mesh.status();
+  if (!need_proxy) return {};
+  t.proxy = std::make_unique<Proxy>(rank, peers, setup.abort);
+  std::vector<ProxyLink*> links(static_cast<size_t>(size), nullptr);
+  for (int p = 0; p < size; ++p) {
+    const size_t up = static_cast<size_t>(p);
+    if (mesh->control[up].valid()) t.proxy->add_control(p, std::move(mesh->control[up]));
+    if (plan.data_sockets[up]) links[up] = t.proxy->add_link(std::make_unique<TcpLink>(p, std::move(mesh->data[up]), config));
+  }
+  t.tcp = std::make_unique<ProxiedTransport>("tcp", t.proxy.get(), std::move(links));
+  const LinkContext ctx{rank, peers, kinds, store, prefix, config, *t.proxy};
+  auto ucx = make_ucx_links(ctx);
+  if (!ucx.ok()) return ucx.status();
+  auto verbs = make_verbs_links(ctx);
+  if (!verbs.ok()) return verbs.status();
+  t.ucx = std::move(*ucx), t.verbs = std::move(*verbs);
+  t.proxy->start();
+  return {};
 }
 
 DCOMM_NAMESPACE_END

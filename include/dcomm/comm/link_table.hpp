@@ -1,0 +1,129 @@
+// The table of a rank's links to its peers: which transport reaches each, and the port
+// (prims/peer.hpp) to each once connected. Links are connected on first use, so a program
+// that only runs rings holds two; the algorithms over all peers connect every one once.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dcomm/bootstrap/peer_info.hpp"
+#include "dcomm/bootstrap/store.hpp"
+#include "dcomm/core/call.hpp"
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/env.hpp"
+#include "dcomm/core/log.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/prims/peer.hpp"
+#include "dcomm/transport/fifo.hpp"
+#include "dcomm/transport/transport.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+class LinkTable {
+ public:
+  // What connecting needs of the communicator; every pointer outlives the table.
+  struct Context {
+    int rank = 0;
+    const std::vector<PeerInfo>* peers = nullptr;
+    const std::vector<TransportChoice>* kinds = nullptr;  // per peer (choose_transports)
+    const Config* config = nullptr;
+    StoreClient* store = nullptr;
+    std::string prefix;
+    std::shared_ptr<AbortState> abort;
+    const CallStamp* call = nullptr;  // the call in progress, as its slots carry it
+    CallDirectory* directory = nullptr;
+  };
+
+  // transports[p]: the transport that reaches rank p (null for this rank).
+  void init(Context c, std::vector<Transport*> transports) {
+    c_ = std::move(c);
+    transports_ = std::move(transports);
+    ports_.resize(transports_.size());
+  }
+
+  int size() const { return static_cast<int>(transports_.size()); }
+  const char* transport_name(int p) const {
+    return transports_[static_cast<size_t>(p)] ? transports_[static_cast<size_t>(p)]->name() : "self";
+  }
+  PeerPort* port(int p) const { return ports_[static_cast<size_t>(p)].get(); }
+  // Every port by rank, null where not connected (yet).
+  std::vector<PeerPort*> by_rank() const {
+    std::vector<PeerPort*> ports(ports_.size());
+    for (size_t p = 0; p < ports.size(); ++p) ports[p] = ports_[p].get();
+    return ports;
+  }
+  // After connect_all: every peer's port by rank, and by position in `order`.
+  const std::vector<PeerPort*>& all() const { return all_; }
+  const std::vector<PeerPort*>& all_by_position() const { return all_by_position_; }
+
+  // Staging memory (FIFOs) held now, in bytes.
+  size_t staging_bytes() const {
+    size_t total = 0;
+    for (const auto& p : ports_)
+      if (p) total += p->connection().staging_bytes();
+    return total;
+  }
+
+  // Prepares every link first, then connects each: see Transport::prepare.
+  Status connect(std::vector<int> want) {
+    const Config& config = *c_.config;
+    const auto& peers = *c_.peers;
+    std::erase_if(want, [&](int p) { return p == c_.rank || ports_[static_cast<size_t>(p)]; });
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    // Every link holds about one FIFO here (TCP: two); refuse before allocating past the bound.
+    const size_t per_link = fifo_bytes(config.slot_bytes, static_cast<size_t>(config.slots));
+    size_t after = staging_bytes();
+    for (int p : want) after += per_link * (proxied((*c_.kinds)[static_cast<size_t>(p)]) ? 2 : 1);
+    if (!want.empty() && after > config.max_staging_bytes)
+      return make_error(ErrorCode::kOutOfResources, "connecting to ", want.size(), " more peer(s) would raise this rank's ",
+                        "staging memory to ", after >> 20, " MiB, over DCOMM_MAX_STAGING_BYTES (",
+                        config.max_staging_bytes >> 20, " MiB); raise it, or lower DCOMM_SLOT_BYTES / DCOMM_SLOTS");
+    const PeerInfo& self = peers[static_cast<size_t>(c_.rank)];
+    auto ctx = [&](int p) {
+      return ConnectContext{c_.rank, &self, &peers[static_cast<size_t>(p)], &config, c_.store, c_.prefix, c_.abort};
+    };
+    for (int p : want)
+      DCOMM_RETURN_IF_ERROR(transports_[static_cast<size_t>(p)]->prepare(ctx(p)).with_context(
+          detail::cat("connecting to ", peers[static_cast<size_t>(p)].describe())));
+    for (int p : want) {
+      auto conn = transports_[static_cast<size_t>(p)]->connect(ctx(p));
+      if (!conn.ok()) return conn.status();
+      const PeerInfo& peer = peers[static_cast<size_t>(p)];
+      ports_[static_cast<size_t>(p)] =
+          std::make_unique<PeerPort>(std::move(*conn), &peer, c_.abort.get(), &config, peer.process_id == self.process_id,
+                                     c_.call, c_.rank, c_.directory);
+      DCOMM_LOG(kInfo, kSubsysTransport, c_.rank, "connected to ", peer.describe(), " via ", transport_name(p));
+    }
+    return {};
+  }
+
+  // Connects every peer once, for the algorithms that talk to all of them; `order` is the
+  // ring order (position -> rank) of all_by_position().
+  Status connect_all(const std::vector<int>& order) {
+    if (!all_.empty()) return {};
+    std::vector<int> everyone(ports_.size());
+    for (size_t p = 0; p < everyone.size(); ++p) everyone[p] = static_cast<int>(p);
+    DCOMM_RETURN_IF_ERROR(connect(everyone));
+    all_ = by_rank();
+    all_by_position_.resize(all_.size());
+    for (size_t p = 0; p < all_.size(); ++p) all_by_position_[p] = all_[static_cast<size_t>(order[p])];
+    return {};
+  }
+
+  // A clean goodbye to every connected peer.
+  void close_all() {
+    for (auto& p : ports_)
+      if (p) p->connection().close();
+  }
+
+ private:
+  Context c_;
+  std::vector<Transport*> transports_;
+  std::vector<std::unique_ptr<PeerPort>> ports_;
+  std::vector<PeerPort*> all_, all_by_position_;
+};
+
+DCOMM_NAMESPACE_END
