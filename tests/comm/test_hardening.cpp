@@ -135,8 +135,11 @@ TEST_CASE("broadcast with different roots: no root's buffer is overwritten, and 
       // Rank 0 and the last rank both thought they were the root: their data is their own.
       CHECK(bufs[0][count - 1] == 100);
       CHECK(bufs[static_cast<size_t>(n - 1)][count - 1] == 100 + n - 1);
-      // Every rank fails (in the broadcast, or at the next call), and the two broadcasts are
-      // named (each rank names the one it met).
+      // Every rank fails (in the broadcast, or at the next call), and the calls that met are
+      // named (each rank names the one it met). The last rank's broadcast is named when a peer
+      // reads its slot; it may instead have finished as a root and moved on, and then the peer
+      // meets its all_reduce first (the abort that follows ends the other ranks' waits before
+      // they read the older slot): a race between two detections, either of which is right.
       std::string all;
       for (int r = 0; r < n; ++r) {
         CAPTURE(r);
@@ -145,7 +148,9 @@ TEST_CASE("broadcast with different roots: no root's buffer is overwritten, and 
         all += s.message();
       }
       CHECK(all.find("broadcast(int32, " + std::to_string(count) + ", root 0)") != std::string::npos);
-      CHECK(all.find("broadcast(int32, " + std::to_string(count) + ", root " + std::to_string(n - 1) + ")") != std::string::npos);
+      const bool last_named =
+          all.find("broadcast(int32, " + std::to_string(count) + ", root " + std::to_string(n - 1) + ")") != std::string::npos;
+      CHECK_MESSAGE((last_named || all.find("all_reduce(int32, sum, 10)") != std::string::npos), all);
     }
   }
 }
