@@ -64,14 +64,14 @@ void check_collectives(DataType t, int n, int channels, size_t count, bool in_pl
   HostMesh mesh(n, channels, 3, 64);  // small slots: many slices and wrap-arounds
   for (int o = 0; o < kNumReduceOps; ++o) {
     const auto op = static_cast<ReduceOp>(o);
-    for (DeviceCollKind kind : {DeviceCollKind::kAllReduce, DeviceCollKind::kReduceScatter, DeviceCollKind::kAllGather,
-                                DeviceCollKind::kBroadcast, DeviceCollKind::kReduce}) {
-      const bool reduces = kind == DeviceCollKind::kAllReduce || kind == DeviceCollKind::kReduceScatter ||
-                           kind == DeviceCollKind::kReduce;
+    for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather,
+                                OpKind::kBroadcast, OpKind::kReduce}) {
+      const bool reduces = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter ||
+                           kind == OpKind::kReduce;
       if (!reduces && op != ReduceOp::kSum) continue;
       const size_t un = static_cast<size_t>(n);
-      const size_t in_len = kind == DeviceCollKind::kReduceScatter ? count * un : count;
-      const size_t out_len = kind == DeviceCollKind::kAllGather ? count * un : count;
+      const size_t in_len = kind == OpKind::kReduceScatter ? count * un : count;
+      const size_t out_len = kind == OpKind::kAllGather ? count * un : count;
       const int root = static_cast<int>(count % un);
       std::vector<std::vector<T>> in(un), out(un);
       std::vector<std::vector<DeviceConn>> conns(un);
@@ -83,7 +83,7 @@ void check_collectives(DataType t, int n, int channels, size_t count, bool in_pl
         i.resize(std::max(in_len, out_len));
         u.resize(out_len);
         for (size_t k = 0; k < in_len; ++k) i[k] = from_int<T>(input_value(t, reduces ? op : ReduceOp::kSum, r, k));
-        if (kind == DeviceCollKind::kAllGather)
+        if (kind == OpKind::kAllGather)
           for (size_t k = 0; k < count; ++k) i[k] = from_int<T>(input_value(t, ReduceOp::kSum, r, k));
         conns[static_cast<size_t>(r)] = mesh.ring_conns(r);
         DeviceCollWork w;
@@ -91,8 +91,8 @@ void check_collectives(DataType t, int n, int channels, size_t count, bool in_pl
         w.send = i.data();
         w.recv = u.data();
         if (in_place) {
-          if (kind == DeviceCollKind::kReduceScatter) w.recv = i.data() + static_cast<size_t>(r) * count;
-          else if (kind == DeviceCollKind::kAllGather) {
+          if (kind == OpKind::kReduceScatter) w.recv = i.data() + static_cast<size_t>(r) * count;
+          else if (kind == OpKind::kAllGather) {
             // in place: the input is this rank's block of the output
             for (size_t k = 0; k < count; ++k) u[static_cast<size_t>(r) * count + k] = i[k];
             w.send = u.data() + static_cast<size_t>(r) * count;
@@ -118,16 +118,16 @@ void check_collectives(DataType t, int n, int channels, size_t count, bool in_pl
         CAPTURE(to_string(op));
         REQUIRE(st[static_cast<size_t>(r)].ok());
         const T* got = out[static_cast<size_t>(r)].data();
-        if (in_place && kind == DeviceCollKind::kReduceScatter) got = in[static_cast<size_t>(r)].data() + static_cast<size_t>(r) * count;
-        else if (in_place && kind != DeviceCollKind::kAllGather) got = in[static_cast<size_t>(r)].data();
+        if (in_place && kind == OpKind::kReduceScatter) got = in[static_cast<size_t>(r)].data() + static_cast<size_t>(r) * count;
+        else if (in_place && kind != OpKind::kAllGather) got = in[static_cast<size_t>(r)].data();
         for (size_t k = 0; k < out_len; ++k) {
           T want{};
           switch (kind) {
-            case DeviceCollKind::kAllReduce: want = expected_reduction<T>(t, op, n, k); break;
-            case DeviceCollKind::kReduceScatter: want = expected_reduction<T>(t, op, n, static_cast<size_t>(r) * count + k); break;
-            case DeviceCollKind::kAllGather: want = from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(k / count), k % count)); break;
-            case DeviceCollKind::kBroadcast: want = from_int<T>(input_value(t, ReduceOp::kSum, root, k)); break;
-            case DeviceCollKind::kReduce:
+            case OpKind::kAllReduce: want = expected_reduction<T>(t, op, n, k); break;
+            case OpKind::kReduceScatter: want = expected_reduction<T>(t, op, n, static_cast<size_t>(r) * count + k); break;
+            case OpKind::kAllGather: want = from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(k / count), k % count)); break;
+            case OpKind::kBroadcast: want = from_int<T>(input_value(t, ReduceOp::kSum, root, k)); break;
+            case OpKind::kReduce:
               if (r != root) continue;
               want = expected_reduction<T>(t, op, n, k);
               break;

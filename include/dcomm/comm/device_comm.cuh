@@ -22,115 +22,35 @@
 #pragma once
 
 #include <cuda_runtime.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dcomm/comm/communicator.hpp"
 #include "dcomm/comm/device_plan.hpp"
+#include "dcomm/comm/device_staging.cuh"
 #include "dcomm/comm/device_work.hpp"
+#include "dcomm/comm/op.hpp"
 #include "dcomm/core/config.hpp"
-#include "dcomm/core/env.hpp"
+#include "dcomm/core/cuda.cuh"
 #include "dcomm/reduce/kernels.cuh"
-#include "dcomm/transport/shm.hpp"
+#include "dcomm/transport/cuda_ipc.cuh"
 
 DCOMM_NAMESPACE_BEGIN
 
 namespace detail {
-// Up to 512 threads a block (DCOMM_CUDA_THREADS). The bound gives the kernels up to 128
-// registers a thread, which they use without spilling (at 1024 threads, 64 registers, the
-// reduction loops spilled); one block fills a multiprocessor's registers, so channels, not
-// threads, scale a collective across the GPU.
-constexpr int kMaxThreads = 512;
-
-// Makes `device` current for a scope and restores the caller's: a call on this communicator
-// must reach its own GPU whatever the calling thread had selected.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) cudaSetDevice(device);
-    else previous_ = -1;
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
-}  // namespace detail
-
-// Sizes of the device path (environment: DCOMM_CUDA_CHANNELS, DCOMM_CUDA_P2P_CHANNELS,
-// DCOMM_CUDA_THREADS, DCOMM_CUDA_SLOTS, DCOMM_CUDA_SLOT_BYTES, DCOMM_CUDA_P2P_DISABLE).
-struct DeviceConfig {
-  int channels = 0;                // blocks per collective, each its own ring; 0: by the GPUs
-  int p2p_channels = 2;            // blocks per peer and direction in a send/recv group
-  int threads = 512;               // threads per block
-  uint32_t nslots = 4;             // slots per FIFO
-  uint32_t slot_bytes = 256 << 10;  // bytes per slot
-  bool p2p_disable = false;         // pinned host memory between every pair
-
-  static Result<DeviceConfig> from_env() {
-    DeviceConfig c;
-    auto ch = env_size("DCOMM_CUDA_CHANNELS", c.channels, 0, kMaxDeviceChannels);
-    auto pc = env_size("DCOMM_CUDA_P2P_CHANNELS", c.p2p_channels, 1, kMaxDeviceChannels);
-    auto th = env_size("DCOMM_CUDA_THREADS", c.threads, 32, detail::kMaxThreads);
-    auto sl = env_size("DCOMM_CUDA_SLOTS", c.nslots, 2, 64);
-    auto sb = env_size("DCOMM_CUDA_SLOT_BYTES", c.slot_bytes, 1024, 64u << 20);
-    for (const Status& s : {ch.status(), pc.status(), th.status(), sl.status(), sb.status()}) DCOMM_RETURN_IF_ERROR(s);
-    c.channels = static_cast<int>(*ch);
-    c.p2p_channels = static_cast<int>(*pc);
-    c.threads = static_cast<int>(*th) / 32 * 32;
-    c.nslots = static_cast<uint32_t>(*sl);
-    c.slot_bytes = static_cast<uint32_t>(*sb) / 16 * 16;
-    c.p2p_disable = env_or("DCOMM_CUDA_P2P_DISABLE", "0") != "0";
-    return c;
-  }
-};
-
-namespace detail {
 template <class T>
-__global__ void __launch_bounds__(kMaxThreads) coll_kernel(DeviceCollWork w) {
+__global__ void __launch_bounds__(kMaxDeviceThreads) coll_kernel(DeviceCollWork w) {
   run_coll_channel<BlockTeam, T>(BlockTeam{}, w, static_cast<int>(blockIdx.x));
 }
-__global__ void __launch_bounds__(kMaxThreads) p2p_kernel(DeviceP2pWork w) { run_p2p_block(BlockTeam{}, w, static_cast<int>(blockIdx.x)); }
-
-// The arena's layout: for peer p and channel c, the FIFO from p (slots, then its posted
-// counter), the freed counter of the FIFO to p, and this rank's step counters.
-struct ArenaLayout {
-  size_t ranks, channels, fifo_bytes;
-  static constexpr size_t kLine = 128;  // counters on their own cache lines
-  size_t index(int p, int c) const { return static_cast<size_t>(p) * channels + static_cast<size_t>(c); }
-  size_t slots(int p, int c) const { return index(p, c) * fifo_bytes; }
-  size_t posted(int p, int c) const { return ranks * channels * fifo_bytes + index(p, c) * kLine; }
-  size_t freed(int p, int c) const { return ranks * channels * (fifo_bytes + kLine) + index(p, c) * kLine; }
-  size_t step(int p, int c, int role) const { return ranks * channels * (fifo_bytes + 2 * kLine) + (index(p, c) * 2 + static_cast<size_t>(role)) * 8; }
-  size_t bytes() const { return ranks * channels * (fifo_bytes + 2 * kLine + 16); }
-};
-
-// What ranks swap once the pair paths are agreed: where each arena is.
-struct DeviceFacts {
-  int host_arena = 0;
-  cudaIpcMemHandle_t ipc{};
-  uint64_t device_arena = 0;  // pointer value, for ranks of the same process
-  uint64_t host_arena_ptr = 0;
-  char shm_path[256] = {};  // the pinned host arena's file (in DCOMM_SHM_DIR)
-};
+__global__ void __launch_bounds__(kMaxDeviceThreads) p2p_kernel(DeviceP2pWork w) {
+  run_p2p_block(BlockTeam{}, w, static_cast<int>(blockIdx.x));
+}
 }  // namespace detail
 
 class DeviceCommunicator {
@@ -163,16 +83,12 @@ class DeviceCommunicator {
     if (watchdog_.joinable()) watchdog_.join();
     detail::DeviceGuard on(device_);
     cudaDeviceSynchronize();
-    for (void* p : opened_ipc_) cudaIpcCloseMemHandle(p);
-    for (auto& m : mapped_host_) cudaHostUnregister(m.get());
-    mapped_host_.clear();
+    arenas_.close_peers();
     if (ready_ && !staged_only_ && size() > 1 && !host_.aborted()) host_.barrier().ignore();
-    if (host_arena_) cudaHostUnregister(host_arena_);
-    host_arena_map_.reset();  // unmaps it and removes its file
-    if (device_arena_) cudaFree(device_arena_);
+    arenas_.release();
     for (void* p : device_allocs_) cudaFree(p);
     if (control_) cudaFreeHost(control_);
-    for (auto& s : staged_) cudaFreeHost(s->buf);
+    staging_.reset();
   }
   DeviceCommunicator(const DeviceCommunicator&) = delete;
   DeviceCommunicator& operator=(const DeviceCommunicator&) = delete;
@@ -191,34 +107,32 @@ class DeviceCommunicator {
 
   // ---- collectives (raw form; counts in elements; device or managed memory) -----------------
   Status all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, cudaStream_t stream) {
-    return coll("all_reduce", DeviceCollKind::kAllReduce, send, recv, count, count, count, type, op, 0, stream);
+    return coll({OpKind::kAllReduce, send, recv, count, type, op}, count, count, stream);
   }
   Status reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, cudaStream_t stream) {
-    return coll("reduce_scatter", DeviceCollKind::kReduceScatter, send, recv, recv_count, recv_count * usize(), recv_count, type,
-                op, 0, stream);
+    return coll({OpKind::kReduceScatter, send, recv, recv_count, type, op}, recv_count * usize(), recv_count, stream);
   }
   Status all_gather(const void* send, void* recv, size_t send_count, DataType type, cudaStream_t stream) {
-    return coll("all_gather", DeviceCollKind::kAllGather, send, recv, send_count, send_count, send_count * usize(), type,
-                ReduceOp::kSum, 0, stream);
+    return coll({OpKind::kAllGather, send, recv, send_count, type}, send_count, send_count * usize(), stream);
   }
   Status broadcast(const void* send, void* recv, size_t count, DataType type, int root, cudaStream_t stream) {
-    return coll("broadcast", DeviceCollKind::kBroadcast, send, recv, count, rank() == root ? count : 0, count, type,
-                ReduceOp::kSum, root, stream);
-  }
-  Status reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, cudaStream_t stream) {
-    return coll("reduce", DeviceCollKind::kReduce, send, recv, count, count, rank() == root ? count : 0, type, op, root,
+    return coll({OpKind::kBroadcast, send, recv, count, type, ReduceOp::kSum, root}, rank() == root ? count : 0, count,
                 stream);
   }
+  Status reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, cudaStream_t stream) {
+    return coll({OpKind::kReduce, send, recv, count, type, op, root}, count, rank() == root ? count : 0, stream);
+  }
   Status send(const void* buf, size_t count, DataType type, int peer, cudaStream_t stream) {
-    return p2p("send", const_cast<void*>(buf), count, type, peer, true, stream);
+    return p2p(P2POp::send(buf, count, type, peer), stream);
   }
   Status recv(void* buf, size_t count, DataType type, int peer, cudaStream_t stream) {
-    return p2p("recv", buf, count, type, peer, false, stream);
+    return p2p(P2POp::recv(buf, count, type, peer), stream);
   }
-  // Every rank's earlier work on its stream is done before later work on this stream starts.
+  // Every rank's earlier work on its stream is done before later work on this stream starts
+  // (an all_reduce of one word).
   Status barrier(cudaStream_t stream) {
-    return coll("barrier", DeviceCollKind::kAllReduce, barrier_buf_, barrier_buf_, 1, 1, 1, DataType::kInt32,
-                ReduceOp::kSum, 0, stream);
+    DCOMM_RETURN_IF_ERROR(precheck(OpDesc{OpKind::kBarrier}));
+    return coll({OpKind::kAllReduce, barrier_buf_, barrier_buf_, 1, DataType::kInt32}, 1, 1, stream);
   }
   // Typed forms.
   template <class T>
@@ -253,14 +167,6 @@ class DeviceCommunicator {
     int abort;
     DeviceError error;
   };
-  struct Staged {  // one staged call's pinned buffers and the host call to run
-    DeviceCommunicator* self;
-    void* buf = nullptr;
-    size_t bytes = 0;
-    std::function<Status(char*)> run;
-    std::atomic<bool> busy{false};
-    bool keep = false;  // captured in a graph: never reused
-  };
 
   DeviceCommunicator(Communicator& host, int device, const DeviceConfig& cfg) : host_(host), device_(device), cfg_(cfg) {}
   size_t usize() const { return static_cast<size_t>(size()); }
@@ -268,9 +174,9 @@ class DeviceCommunicator {
   Status set_up() {
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), detail::cat("cudaSetDevice(", device_, ")")));
     const int n = size(), me = rank();
-    staged_only_ = false;
-    for (int r = 0; r < n; ++r)
-      if (!host_.same_host(r)) staged_only_ = true;
+    const SetupFacts& agreed_at_init = host_.facts();  // hosts and ring order, as the host path has them
+    staged_only_ = agreed_at_init.hosts > 1;
+    if (staged_only_) staging_ = std::make_unique<DeviceStaging>(host_, [this](const Status& e) { set_error(e); });
     // Control block in mapped host memory: the host raises `abort`, kernels write `error`.
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaHostAlloc(reinterpret_cast<void**>(&control_), sizeof(Control), cudaHostAllocMapped), "cudaHostAlloc"));
     std::memset(control_, 0, sizeof(Control));
@@ -309,10 +215,8 @@ class DeviceCommunicator {
       if (r == me || staged_only_) continue;
       const auto& f = facts[static_cast<size_t>(r)];
       const bool same_gpu = std::strcmp(f.bus_id, mine.bus_id) == 0;
-      int can = 0;
-      if (!same_gpu && cudaDeviceGetByPCIBusId(&peer_device[static_cast<size_t>(r)], f.bus_id) == cudaSuccess)
-        cudaDeviceCanAccessPeer(&can, device_, peer_device[static_cast<size_t>(r)]);
-      cudaGetLastError();
+      bool can = false;
+      if (!same_gpu) peer_device[static_cast<size_t>(r)] = device_by_bus_id(f.bus_id, device_, &can);
       wants_host[static_cast<size_t>(r)] = cfg_.p2p_disable || (!same_gpu && !can);
     }
     DCOMM_RETURN_IF_ERROR(host_.all_gather(wants_host.data(), all_wants.data(), usize(), DataType::kUint8));
@@ -324,77 +228,34 @@ class DeviceCommunicator {
       pair_host_[static_cast<size_t>(r)] = agreed[static_cast<size_t>(me * n + r)];
       any_host = any_host || pair_host_[static_cast<size_t>(r)];
       const int peer_dev = peer_device[static_cast<size_t>(r)];
-      if (!pair_host_[static_cast<size_t>(r)] && peer_dev >= 0 && peer_dev != device_) {
-        cudaError_t e = cudaDeviceEnablePeerAccess(peer_dev, 0);
-        if (e != cudaErrorPeerAccessAlreadyEnabled) DCOMM_RETURN_IF_ERROR(cuda_status(e, "cudaDeviceEnablePeerAccess"));
-        cudaGetLastError();
-      }
+      if (!pair_host_[static_cast<size_t>(r)] && peer_dev >= 0 && peer_dev != device_)
+        DCOMM_RETURN_IF_ERROR(enable_peer_access(peer_dev));
     }
     if (staged_only_) return start_watchdog();
 
-    // 2. Arenas: device memory always, pinned shared host memory when some pair needs it.
-    detail::DeviceFacts where;
-    std::vector<detail::DeviceFacts> arenas(usize());
+    // 2. Arenas (transport/cuda_ipc.cuh): device memory always, pinned shared host memory when
+    // some pair needs it; every rank publishes where its arenas are and maps its peers'.
     layout_ = {usize(), static_cast<size_t>(cfg_.channels), static_cast<size_t>(cfg_.nslots) * cfg_.slot_bytes};
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaMalloc(&device_arena_, layout_.bytes()), detail::cat("cudaMalloc of ", layout_.bytes(), " bytes of FIFOs")));
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemset(device_arena_, 0, layout_.bytes()), "cudaMemset"));
     bool other_process = false;  // CUDA IPC only where some peer needs it
-    for (int r = 0; r < n; ++r) other_process = other_process || host_.peer(r).process_id != host_.peer(me).process_id;
-    if (other_process)
-      DCOMM_RETURN_IF_ERROR(cuda_status(cudaIpcGetMemHandle(&where.ipc, device_arena_), "cudaIpcGetMemHandle"));
-    where.device_arena = reinterpret_cast<uintptr_t>(device_arena_);
-    if (any_host) {
-      const std::string& dir = host_.config().shm_dir;
-      detail::sweep_dead_shm(dir);
-      const std::string path = detail::cat(dir, "/", detail::unique_shm_name(detail::cat("cuda", me)));
-      if (path.size() >= sizeof where.shm_path)
-        return invalid_argument("DCOMM_SHM_DIR '", dir, "' is too long for the device arena's file name");
-      DCOMM_RETURN_IF_ERROR(map_host_arena(path, true, &host_arena_));
-      std::snprintf(where.shm_path, sizeof where.shm_path, "%s", path.c_str());
-      where.host_arena = 1;
-      where.host_arena_ptr = reinterpret_cast<uintptr_t>(host_arena_);
-    }
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
-    DCOMM_RETURN_IF_ERROR(host_.all_gather(&where, arenas.data(), sizeof where, DataType::kUint8));
-
-    // 3. Map the peers' arenas; the device sees each pair's memory at these addresses.
-    std::vector<char*> peer_dev(usize(), nullptr), peer_host(usize(), nullptr);
+    for (int r = 0; r < n; ++r) other_process = other_process || !same_process(r);
+    ArenaAddress where;
+    DCOMM_RETURN_IF_ERROR(arenas_.create(layout_.bytes(), other_process, any_host, host_.config().shm_dir, me, &where));
+    std::vector<ArenaAddress> published(usize());
+    DCOMM_RETURN_IF_ERROR(host_.all_gather(&where, published.data(), sizeof where, DataType::kUint8));
+    std::vector<ArenaView> views(usize());
     for (int r = 0; r < n; ++r) {
-      const auto& f = arenas[static_cast<size_t>(r)];
-      const bool same_process = host_.peer(r).process_id == host_.peer(me).process_id;
-      if (r == me) {
-        peer_dev[static_cast<size_t>(r)] = static_cast<char*>(device_arena_);
-        peer_host[static_cast<size_t>(r)] = host_arena_ ? device_view(host_arena_) : nullptr;
-        continue;
-      }
-      if (same_process) {
-        peer_dev[static_cast<size_t>(r)] = reinterpret_cast<char*>(static_cast<uintptr_t>(f.device_arena));
-        if (f.host_arena) {  // registered by its owner in this process: the same device address
-          char* dp = nullptr;
-          DCOMM_RETURN_IF_ERROR(cuda_status(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dp), reinterpret_cast<void*>(static_cast<uintptr_t>(f.host_arena_ptr)), 0), "cudaHostGetDevicePointer"));
-          peer_host[static_cast<size_t>(r)] = dp;
-        }
-      } else {
-        void* p = nullptr;
-        DCOMM_RETURN_IF_ERROR(cuda_status(cudaIpcOpenMemHandle(&p, f.ipc, cudaIpcMemLazyEnablePeerAccess),
-                                          detail::cat("cudaIpcOpenMemHandle of rank ", r, "'s FIFOs")));
-        opened_ipc_.push_back(p);
-        peer_dev[static_cast<size_t>(r)] = static_cast<char*>(p);
-        if (f.host_arena) {
-          void* hp = nullptr;
-          DCOMM_RETURN_IF_ERROR(map_host_arena(f.shm_path, false, &hp));
-          peer_host[static_cast<size_t>(r)] = device_view(hp);
-        }
-      }
+      auto v = r == me ? arenas_.own() : arenas_.map_peer(published[static_cast<size_t>(r)], same_process(r), r);
+      if (!v.ok()) return v.status();
+      views[static_cast<size_t>(r)] = *v;
     }
     // 4. Connections: the FIFO p -> q lives in q's arena of the pair's kind.
     auto arena = [&](int owner, int other) {
-      return pair_host_[static_cast<size_t>(other == rank() ? owner : other)] ? peer_host[static_cast<size_t>(owner)]
-                                                                             : peer_dev[static_cast<size_t>(owner)];
+      const ArenaView& v = views[static_cast<size_t>(owner)];
+      return pair_host_[static_cast<size_t>(other == rank() ? owner : other)] ? v.host : v.device;
     };
     const int C = cfg_.channels;
     std::vector<DeviceConn> sends(usize() * static_cast<size_t>(C)), recvs(sends.size());
-    char* local_dev = static_cast<char*>(device_arena_);
+    char* local_dev = views[static_cast<size_t>(me)].device;
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       for (int c = 0; c < C; ++c) {
@@ -412,9 +273,8 @@ class DeviceCommunicator {
       }
     }
     // The ring in the host communicator's order (the topology's): from prev, to next.
-    const auto& order = host_.ring_order();
-    pos_of_.assign(usize(), 0);
-    for (int i = 0; i < n; ++i) pos_of_[static_cast<size_t>(order[static_cast<size_t>(i)])] = i;
+    const std::vector<int>& order = agreed_at_init.order;
+    pos_of_ = agreed_at_init.pos_of;
     const int pos = pos_of_[static_cast<size_t>(me)];
     const int prev = order[static_cast<size_t>((pos + n - 1) % n)], next = order[static_cast<size_t>((pos + 1) % n)];
     std::vector<DeviceConn> ring(2 * static_cast<size_t>(C));
@@ -468,26 +328,7 @@ class DeviceCommunicator {
     *out = static_cast<T*>(p);
     return cuda_status(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
   }
-  char* device_view(void* host) {
-    void* d = nullptr;
-    return cudaHostGetDevicePointer(&d, host, 0) == cudaSuccess ? static_cast<char*>(d) : nullptr;
-  }
-  // A shared-memory arena (transport/shm.hpp's regions: pages reserved, in DCOMM_SHM_DIR),
-  // registered with CUDA as mapped pinned memory: this rank's own (create) or a peer's.
-  Status map_host_arena(const std::string& path, bool create, void** out) {
-    const size_t bytes = layout_.bytes();
-    auto m = create ? detail::create_shm_region(path, bytes, host_.config().shm_dir, "the device path's pinned host FIFOs")
-                    : detail::open_shm_region(path, bytes, /*unlink_now=*/false, "device-path host arena",
-                                              "do all ranks set the same DCOMM_CUDA_CHANNELS, _SLOTS and _SLOT_BYTES?");
-    if (!m.ok()) return m.status();
-    void* p = m->get();
-    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
-    if (e != cudaSuccess) return cuda_status(e, detail::cat("cudaHostRegister of ", path));
-    if (create) host_arena_map_.emplace(std::move(*m));
-    else mapped_host_.push_back(std::move(*m));
-    *out = p;
-    return {};
-  }
+  bool same_process(int r) const { return host_.peer(r).process_id == host_.peer(rank()).process_id; }
 
   Status start_watchdog() {
     watchdog_ = std::thread([this] {
@@ -515,7 +356,13 @@ class DeviceCommunicator {
     if (error_.ok()) error_ = s;
   }
 
-  // Arguments checked on the host before anything is enqueued.
+  // Arguments checked on the host before anything is enqueued: the host path's checks
+  // (comm/op.hpp), then where the buffers are.
+  Status precheck(const OpDesc& d) const {
+    Status s = validate(d, rank(), size());
+    if (s.ok()) s = error().with_context("the device communicator failed earlier");
+    return s.ok() ? s : s.with_context(detail::cat(to_string(d.kind), " on rank ", rank()));
+  }
   Status check_buffer(const char* op, const char* which, const void* p, size_t bytes) const {
     if (bytes == 0) return {};
     if (!p) return invalid_argument(op, " on rank ", rank(), ": ", which, " is null for ", bytes, " bytes");
@@ -529,52 +376,50 @@ class DeviceCommunicator {
                               ", this communicator's is ", device_);
     return {};
   }
-  Status precheck(const char* op, DataType type, ReduceOp reduce_op, int root) const {
-    if (!is_valid(type)) return invalid_argument(op, " on rank ", rank(), ": unknown data type ", static_cast<int>(type));
-    if (!is_valid(reduce_op)) return invalid_argument(op, " on rank ", rank(), ": unknown reduction op ", static_cast<int>(reduce_op));
-    if (root < 0 || root >= size()) return invalid_argument(op, " on rank ", rank(), ": root/peer ", root, " is not a rank of 0..", size() - 1);
-    Status e = error();
-    if (!e.ok()) return e.with_context(detail::cat(op, " on rank ", rank(), ": the device communicator failed earlier"));
-    return {};
-  }
 
-  Status coll(const char* op, DeviceCollKind kind, const void* send, void* recv, size_t count, size_t send_elems,
-              size_t recv_elems, DataType type, ReduceOp rop, int root, cudaStream_t stream) {
+  // One collective: send_elems of d.send are read, recv_elems of d.recv written.
+  Status coll(const OpDesc& d, size_t send_elems, size_t recv_elems, cudaStream_t stream) {
     detail::DeviceGuard on(device_);
-    DCOMM_RETURN_IF_ERROR(precheck(op, type, rop, root));
-    const size_t eb = size_of(type);
-    DCOMM_RETURN_IF_ERROR(check_buffer(op, "the send buffer", send, send_elems * eb));
-    DCOMM_RETURN_IF_ERROR(check_buffer(op, "the receive buffer", recv, recv_elems * eb));
+    DCOMM_RETURN_IF_ERROR(precheck(d));
+    const char* op = to_string(d.kind);
+    const size_t eb = size_of(d.type);
+    DCOMM_RETURN_IF_ERROR(check_buffer(op, "the send buffer", d.send, send_elems * eb));
+    DCOMM_RETURN_IF_ERROR(check_buffer(op, "the receive buffer", d.recv, recv_elems * eb));
     DCOMM_RETURN_IF_ERROR(same_stream(op, stream));
-    if (staged_only_) return staged(op, kind, send, recv, count, send_elems, recv_elems, type, rop, root, stream);
-    const bool bytes = copy_only(kind);
+    if (staged_only_) return staging_->enqueue(d, send_elems * eb, recv_elems * eb, stream);
+    const bool bytes = copy_only(d.kind);
     DeviceCollWork w;
-    w.kind = kind;
-    w.send = send ? send : recv;
-    w.recv = recv ? recv : const_cast<void*>(send);
-    w.count = bytes ? count * eb : count;
+    w.kind = d.kind;
+    w.send = d.send ? d.send : d.recv;
+    w.recv = d.recv ? d.recv : const_cast<void*>(d.send);
+    w.count = bytes ? d.count * eb : d.count;
     w.pos = pos_of_[static_cast<size_t>(rank())];
     w.size = size();
-    w.root_pos = pos_of_[static_cast<size_t>(root)];
+    w.root_pos = pos_of_[static_cast<size_t>(d.root)];
     w.block_of = block_of_;
-    w.op = bytes ? ReduceOp::kSum : rop;
-    w.divide_by = rop == ReduceOp::kAvg && size() > 1 ? size() : 0;
+    w.op = bytes ? ReduceOp::kSum : d.op;
+    w.divide_by = d.op == ReduceOp::kAvg && size() > 1 ? size() : 0;
     w.channels = cfg_.channels;
     w.conns = ring_conns_;
     w.ctl = ctl_;
-    pending_.push_back({w, bytes ? DataType::kUint8 : type});
+    pending_.push_back({w, bytes ? DataType::kUint8 : d.type});
     return group_depth_ ? Status{} : flush();
   }
 
-  Status p2p(const char* op, void* buf, size_t count, DataType type, int peer, bool is_send, cudaStream_t stream) {
+  Status p2p(const P2POp& m, cudaStream_t stream) {
     detail::DeviceGuard on(device_);
-    DCOMM_RETURN_IF_ERROR(precheck(op, type, ReduceOp::kSum, peer));
-    DCOMM_RETURN_IF_ERROR(check_buffer(op, "the buffer", buf, count * size_of(type)));
+    OpDesc d(OpKind::kPointToPoint);
+    d.p2p = {m};
+    DCOMM_RETURN_IF_ERROR(precheck(d));
+    const bool is_send = m.kind == P2POp::Kind::kSend;
+    const char* op = is_send ? "send" : "recv";
+    const size_t bytes = m.count * size_of(m.type);
+    DCOMM_RETURN_IF_ERROR(check_buffer(op, "the buffer", m.buffer, bytes));
     DCOMM_RETURN_IF_ERROR(same_stream(op, stream));
     if (staged_only_)
       return make_error(ErrorCode::kUnsupported, op, " on rank ", rank(),
                         ": device send/recv between hosts is not staged yet; use the host communicator");
-    if (!add_p2p_item(p2p_, {buf, count * size_of(type), peer, is_send ? 1 : 0}))
+    if (!add_p2p_item(p2p_, {m.buffer, bytes, m.peer, is_send ? 1 : 0}))
       return invalid_argument(op, " on rank ", rank(), ": more than ", DeviceP2pWork::kMaxItems, " send/recv calls in one group");
     return group_depth_ ? Status{} : flush();
   }
@@ -623,57 +468,6 @@ class DeviceCommunicator {
     return {};
   }
 
-  // Another host in the communicator: copy the input to pinned memory, run the host collective
-  // from a host function on the stream, copy the result back. The host function blocks the
-  // stream (and CUDA's callback thread) while the host communicator works, so one rank per
-  // process on this path.
-  Status staged(const char* op, DeviceCollKind kind, const void* send, void* recv, size_t count, size_t send_elems,
-                size_t recv_elems, DataType type, ReduceOp rop, int root, cudaStream_t stream) {
-    const size_t eb = size_of(type), in_bytes = send_elems * eb, out_bytes = recv_elems * eb;
-    Staged* s = staging_for(in_bytes + out_bytes);
-    if (!s) return make_error(ErrorCode::kOutOfResources, op, " on rank ", rank(), ": cannot allocate ", in_bytes + out_bytes, " bytes of pinned staging memory");
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(stream, &cs);
-    s->keep = cs != cudaStreamCaptureStatusNone;
-    Communicator& h = host_;
-    s->run = [&h, kind, in_bytes, count, type, rop, root](char* buf) -> Status {
-      char* in = buf;
-      char* out = buf + in_bytes;
-      switch (kind) {
-        case DeviceCollKind::kAllReduce: return h.all_reduce(in, out, count, type, rop);
-        case DeviceCollKind::kReduceScatter: return h.reduce_scatter(in, out, count, type, rop);
-        case DeviceCollKind::kAllGather: return h.all_gather(in, out, count, type);
-        case DeviceCollKind::kBroadcast: return h.broadcast(in, out, count, type, root);
-        case DeviceCollKind::kReduce: return h.reduce(in, out, count, type, rop, root);
-      }
-      return {};
-    };
-    char* buf = static_cast<char*>(s->buf);
-    if (in_bytes) DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(buf, send, in_bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync"));
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaLaunchHostFunc(stream, &DeviceCommunicator::run_staged, s), "cudaLaunchHostFunc"));
-    if (out_bytes) DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(recv, buf + in_bytes, out_bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync"));
-    return {};
-  }
-  static void CUDART_CB run_staged(void* arg) {
-    auto* s = static_cast<Staged*>(arg);
-    Status st = s->run(static_cast<char*>(s->buf));
-    if (!st.ok()) s->self->set_error(st.with_context("a staged device call"));
-    if (!s->keep) s->busy = false;
-  }
-  Staged* staging_for(size_t bytes) {
-    for (auto& s : staged_) {
-      bool idle = false;
-      if (!s->keep && s->bytes >= bytes && s->busy.compare_exchange_strong(idle, true)) return s.get();
-    }
-    auto s = std::make_unique<Staged>();
-    s->self = this;
-    s->bytes = std::max<size_t>(bytes, 1);
-    if (cudaMallocHost(&s->buf, s->bytes) != cudaSuccess) return nullptr;
-    s->busy = true;
-    staged_.push_back(std::move(s));
-    return staged_.back().get();
-  }
-
   struct PendingColl {
     DeviceCollWork work;
     DataType type;
@@ -685,12 +479,8 @@ class DeviceCommunicator {
   bool staged_only_ = false;
   std::vector<int> pair_host_;
   std::vector<int> pos_of_;
-  detail::ArenaLayout layout_{};
-  void* device_arena_ = nullptr;
-  void* host_arena_ = nullptr;
-  std::vector<void*> opened_ipc_;
-  std::optional<detail::ShmMapping> host_arena_map_;  // this rank's pinned host arena
-  std::vector<detail::ShmMapping> mapped_host_;       // the peers' pinned host arenas
+  ArenaLayout layout_{};
+  CudaArenas arenas_{"do all ranks set the same DCOMM_CUDA_CHANNELS, _SLOTS and _SLOT_BYTES?"};
   std::vector<void*> device_allocs_;
   DeviceConn* ring_conns_ = nullptr;
   DeviceConn* send_conns_ = nullptr;
@@ -704,7 +494,7 @@ class DeviceCommunicator {
   cudaStream_t group_stream_ = nullptr;
   std::vector<PendingColl> pending_;
   DeviceP2pWork p2p_{};
-  std::vector<std::unique_ptr<Staged>> staged_;
+  std::unique_ptr<DeviceStaging> staging_;  // another host in the communicator
   mutable std::mutex mu_;
   Status error_;
   std::atomic<bool> stop_{false};

@@ -9,7 +9,9 @@
 //     multiprocessors over the ranks sharing it, and never more than can be resident at once:
 //     a ring's channels on every rank of a GPU wait on each other, so every block of every
 //     sharing rank must be resident together or the kernels deadlock;
-//   - the FIFO shape (slots, slot bytes), which must be the same everywhere.
+//   - the FIFO shape (slots, slot bytes), which must be the same everywhere, and where each
+//     FIFO lies in its owner's arena (ArenaLayout).
+// With the sizes a user sets (DeviceConfig).
 #pragma once
 
 #include <algorithm>
@@ -19,11 +21,62 @@
 #include <vector>
 
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
 inline constexpr int kMaxDeviceChannels = 64;
+// Up to 512 threads a block (DCOMM_CUDA_THREADS). The bound gives the kernels up to 128
+// registers a thread, which they use without spilling (at 1024 threads, 64 registers, the
+// reduction loops spilled); one block fills a multiprocessor's registers, so channels, not
+// threads, scale a collective across the GPU.
+inline constexpr int kMaxDeviceThreads = 512;
+
+// Sizes of the device path (environment: DCOMM_CUDA_CHANNELS, DCOMM_CUDA_P2P_CHANNELS,
+// DCOMM_CUDA_THREADS, DCOMM_CUDA_SLOTS, DCOMM_CUDA_SLOT_BYTES, DCOMM_CUDA_P2P_DISABLE).
+struct DeviceConfig {
+  int channels = 0;                // blocks per collective, each its own ring; 0: by the GPUs
+  int p2p_channels = 2;            // blocks per peer and direction in a send/recv group
+  int threads = 512;               // threads per block
+  uint32_t nslots = 4;             // slots per FIFO
+  uint32_t slot_bytes = 256 << 10;  // bytes per slot
+  bool p2p_disable = false;         // pinned host memory between every pair
+
+  static Result<DeviceConfig> from_env() {
+    DeviceConfig c;
+    auto ch = env_size("DCOMM_CUDA_CHANNELS", c.channels, 0, kMaxDeviceChannels);
+    auto pc = env_size("DCOMM_CUDA_P2P_CHANNELS", c.p2p_channels, 1, kMaxDeviceChannels);
+    auto th = env_size("DCOMM_CUDA_THREADS", c.threads, 32, kMaxDeviceThreads);
+    auto sl = env_size("DCOMM_CUDA_SLOTS", c.nslots, 2, 64);
+    auto sb = env_size("DCOMM_CUDA_SLOT_BYTES", c.slot_bytes, 1024, 64u << 20);
+    for (const Status& s : {ch.status(), pc.status(), th.status(), sl.status(), sb.status()}) DCOMM_RETURN_IF_ERROR(s);
+    c.channels = static_cast<int>(*ch);
+    c.p2p_channels = static_cast<int>(*pc);
+    c.threads = static_cast<int>(*th) / 32 * 32;
+    c.nslots = static_cast<uint32_t>(*sl);
+    c.slot_bytes = static_cast<uint32_t>(*sb) / 16 * 16;
+    c.p2p_disable = env_or("DCOMM_CUDA_P2P_DISABLE", "0") != "0";
+    return c;
+  }
+};
+
+// Every rank's arena of FIFOs (transport/cuda_ipc.cuh's memory): for peer p and channel c,
+// the FIFO from p (slots, then its posted counter), the freed counter of the FIFO to p, and
+// this rank's step counters.
+struct ArenaLayout {
+  size_t ranks, channels, fifo_bytes;
+  static constexpr size_t kLine = 128;  // counters on their own cache lines
+  size_t index(int p, int c) const { return static_cast<size_t>(p) * channels + static_cast<size_t>(c); }
+  size_t slots(int p, int c) const { return index(p, c) * fifo_bytes; }
+  size_t posted(int p, int c) const { return ranks * channels * fifo_bytes + index(p, c) * kLine; }
+  size_t freed(int p, int c) const { return ranks * channels * (fifo_bytes + kLine) + index(p, c) * kLine; }
+  size_t step(int p, int c, int role) const {
+    return ranks * channels * (fifo_bytes + 2 * kLine) + (index(p, c) * 2 + static_cast<size_t>(role)) * 8;
+  }
+  size_t bytes() const { return ranks * channels * (fifo_bytes + 2 * kLine + 16); }
+};
+
 
 // One rank's facts, swapped at set-up (a plain struct: it travels as bytes).
 struct DeviceRankFacts {

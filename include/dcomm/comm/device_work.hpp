@@ -11,21 +11,20 @@
 
 #include "dcomm/algo/chain.hpp"
 #include "dcomm/algo/ring.hpp"
+#include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/prims/device_prims.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
-enum class DeviceCollKind : int { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
-
 // all_gather and broadcast move bytes: they run in the uint8_t kernel, counts in bytes.
-DCOMM_HOST_DEVICE inline bool copy_only(DeviceCollKind k) {
-  return k == DeviceCollKind::kAllGather || k == DeviceCollKind::kBroadcast;
+DCOMM_HOST_DEVICE inline bool copy_only(OpKind k) {
+  return k == OpKind::kAllGather || k == OpKind::kBroadcast;
 }
 
 // One collective. Counts are elements of the kernel's T (bytes for copy_only() collectives).
 struct DeviceCollWork {
-  DeviceCollKind kind = DeviceCollKind::kAllReduce;
+  OpKind kind = OpKind::kAllReduce;
   const void* send = nullptr;
   void* recv = nullptr;
   size_t count = 0;  // all_reduce/broadcast/reduce: the buffer; reduce_scatter/all_gather: per rank
@@ -67,15 +66,17 @@ DCOMM_HOST_DEVICE DeviceStatus run_coll_channel(const Team& team, const DeviceCo
   // The copy-only collectives run on bytes (T = uint8_t); other instantiations leave them out.
   constexpr bool kBytes = std::is_same_v<T, uint8_t>;
   if constexpr (kBytes) {
-    if (w.kind == DeviceCollKind::kAllGather) return ring_all_gather(p, w.pos, w.size, b);
-    if (w.kind == DeviceCollKind::kBroadcast) return chain_broadcast(p, w.pos, w.size, w.root_pos, b);
+    if (w.kind == OpKind::kAllGather) return ring_all_gather(p, w.pos, w.size, b);
+    if (w.kind == OpKind::kBroadcast) return chain_broadcast(p, w.pos, w.size, w.root_pos, b);
   }
   switch (w.kind) {
-    case DeviceCollKind::kAllReduce: return ring_all_reduce(p, w.pos, w.size, b);
-    case DeviceCollKind::kReduceScatter: return ring_reduce_scatter(p, w.pos, w.size, b);
-    case DeviceCollKind::kReduce: return chain_reduce(p, w.pos, w.size, w.root_pos, b);
-    case DeviceCollKind::kAllGather:
-    case DeviceCollKind::kBroadcast: break;  // must be launched as bytes
+    case OpKind::kAllReduce: return ring_all_reduce(p, w.pos, w.size, b);
+    case OpKind::kReduceScatter: return ring_reduce_scatter(p, w.pos, w.size, b);
+    case OpKind::kReduce: return chain_reduce(p, w.pos, w.size, w.root_pos, b);
+    case OpKind::kAllGather:
+    case OpKind::kBroadcast: break;  // must be launched as bytes
+    case OpKind::kPointToPoint:
+    case OpKind::kBarrier: break;  // not collective work (a barrier runs as an all_reduce)
   }
   return {DeviceStatus::kBadWork};
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/cuda.cuh"
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/types.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
@@ -34,13 +35,6 @@ struct GridTeam {
   __device__ int thread() const { return static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); }
   __device__ int threads() const { return static_cast<int>(gridDim.x * blockDim.x); }
 };
-
-// "what: cudaErrorName: description", or ok.
-inline Status cuda_status(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return {};
-  return make_error(e == cudaErrorMemoryAllocation ? ErrorCode::kOutOfResources : ErrorCode::kSystemError, what, ": ",
-                    cudaGetErrorName(e), ": ", cudaGetErrorString(e));
-}
 
 namespace detail {
 constexpr int kElementwiseThreads = 512;

@@ -1,0 +1,43 @@
+// The CUDA runtime's errors as Status, and the current device for a scope: what every layer
+// of the device path (transport/cuda_ipc.cuh, reduce/kernels.cuh, comm/device_comm.cuh)
+// needs from CUDA. Needs nvcc or the CUDA runtime's headers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+// "what: cudaErrorName: description", or ok.
+inline Status cuda_status(cudaError_t e, const std::string& what) {
+  if (e == cudaSuccess) return {};
+  return make_error(e == cudaErrorMemoryAllocation ? ErrorCode::kOutOfResources : ErrorCode::kSystemError, what, ": ",
+                    cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+}
+
+namespace detail {
+// Makes `device` current for a scope and restores the caller's: a call on a communicator
+// must reach its own GPU whatever the calling thread had selected.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) cudaSetDevice(device);
+    else previous_ = -1;
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+}  // namespace detail
+
+DCOMM_NAMESPACE_END
