@@ -84,6 +84,12 @@ struct JobSecret {
   std::string hex() const { return detail::to_hex(key.data(), kBytes); }
 };
 
+// Who may use a store: the job secret, and the job's tag (empty: any tag).
+struct StoreAccess {
+  JobSecret secret;
+  std::string job_tag;
+};
+
 namespace auth {
 constexpr size_t kMagicBytes = 8, kNonceBytes = 16, kMacBytes = 32;
 constexpr size_t kGreetingBytes = kMagicBytes + kNonceBytes;

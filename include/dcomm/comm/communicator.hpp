@@ -64,28 +64,6 @@ namespace detail {
 template <class S, class R>
 concept SameElement = std::same_as<std::remove_const_t<S>, R>;
 
-// One thread at a time in a communicator's calls: a second thread that enters while a call is
-// in progress gets an error that says so, instead of corrupting the first call. One atomic
-// exchange on entry, one store on the way out.
-class CallGuard {
- public:
-  explicit CallGuard(std::atomic<bool>& busy) : busy_(busy), entered_(!busy.exchange(true, std::memory_order_acquire)) {}
-  ~CallGuard() {
-    if (entered_) busy_.store(false, std::memory_order_release);
-  }
-  CallGuard(const CallGuard&) = delete;
-  CallGuard& operator=(const CallGuard&) = delete;
-  bool entered() const { return entered_; }
-  static Status refusal(const char* what, int rank) {
-    return invalid_argument(what, " on rank ", rank, ": another thread is inside a call on this communicator; a ",
-                            "communicator is driven by one thread at a time (use one communicator per thread, or "
-                            "the *_async calls from one thread)");
-  }
-
- private:
-  std::atomic<bool>& busy_;
-  bool entered_;
-};
 }  // namespace detail
 
 class Communicator {
@@ -201,7 +179,7 @@ class Communicator {
   // logs it): the same on every rank. kSingleCopyIfRegistered still falls back to the ring
   // when some rank's buffers are not from mem_alloc.
   Choice algorithm_for(OpKind kind, size_t count, DataType type, bool in_place) const {
-    return choose({kind, count, size_of(type), size_, in_place, facts_.hosts});
+    return choose_for(facts_, config_, {kind, count, size_of(type), size_, in_place, facts_.hosts});
   }
   // The ring order: the rank at each position of rings, chains and trees (topo/order.hpp).
   const std::vector<int>& ring_order() const { return facts_.order; }
@@ -502,43 +480,12 @@ class Communicator {
     abort_->publish_call(call_stamp_, true);
     if (d.kind == OpKind::kBarrier) {
       uint8_t token = 0, out = 0;
-      return run_collective({OpKind::kAllReduce, &token, &out, 1, DataType::kUint8, ReduceOp::kMax}, std::nullopt);
+      return dispatch_collective(context(), {OpKind::kAllReduce, &token, &out, 1, DataType::kUint8, ReduceOp::kMax},
+                                 std::nullopt);
     }
-    return run_collective(d, forced);
+    return dispatch_collective(context(), d, forced);
   }
-
-  Status run_collective(const OpDesc& d, std::optional<Algorithm> forced) {
-    auto reducer = make_host_reducer(d.type, d.op, size_);
-    if (!reducer.ok()) return reducer.status();
-    const size_t eb = reducer->elem_bytes;
-    const CallShape shape{d.kind, d.count, eb, size_, in_place(d, eb), facts_.hosts};
-    const Choice choice = forced ? Choice{*forced, "forced"} : choose(shape);
-    DCOMM_LOG(kTrace, kSubsysColl, rank_, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
-              to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(choice.algorithm));
-    if (!forced && Logger::instance().enabled(LogLevel::kInfo, kSubsysTuning)) log_tuning(shape, choice);
-    return run_algorithm({rank_, facts_, config_, links_, scratch_}, d, *reducer, shape, choice.algorithm);
-  }
-
-  Choice choose(const CallShape& shape) const { return choose_algorithm(shape, config_, facts_.single_copy, facts_.link); }
-
-  // DCOMM_DEBUG_SUBSYS=TUNING: the choice and every candidate's predicted time.
-  void log_tuning(const CallShape& shape, const Choice& choice) const {
-    std::string line;
-    for (Algorithm a : candidates(shape, config_, facts_.single_copy))
-      line += detail::cat(" ", to_string(a), "=", predict_us(a, shape, facts_.link), "us");
-    DCOMM_LOG(kInfo, kSubsysTuning, rank_, to_string(shape.kind), " ", shape.bytes(), " bytes on ", shape.ranks,
-              " ranks: ", to_string(choice.algorithm), " (", choice.reason, "); predicted:", line);
-  }
-
-  // In place as every rank sees it alike: reduce_scatter's output is block `rank` of its
-  // input, all_gather's input is block `rank` of its output (so only rank 0's pointers are
-  // equal), the others share one buffer.
-  bool in_place(const OpDesc& d, size_t eb) const {
-    const size_t block = static_cast<size_t>(rank_) * d.count * eb;
-    if (d.kind == OpKind::kReduceScatter) return static_cast<const char*>(d.send) + block == d.recv;
-    if (d.kind == OpKind::kAllGather) return static_cast<const char*>(d.recv) + block == d.send;
-    return d.send == d.recv;
-  }
+  DispatchContext context() { return {rank_, facts_, config_, links_, scratch_}; }
 
   std::vector<char> scratch_;  // working memory of the schedules over all peers, reused
   int rank_ = 0, size_ = 1;

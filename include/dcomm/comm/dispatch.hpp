@@ -1,9 +1,11 @@
-// The one dispatch from a collective to the algorithm that runs it on the host: the choice
-// (comm/algorithm_choice.hpp, or a forced algorithm) picks an Algorithm, and this runs it over
-// the links. Rings, chains and trees run over positions in the ring order (comm/facts.hpp);
+// The one dispatch from a collective to the algorithm that runs it on the host:
+// dispatch_collective finds the call's shape, the choice (comm/algorithm_choice.hpp, or a
+// forced algorithm) picks an Algorithm, and run_algorithm runs it over the links. Rings, chains and trees run over positions in the ring order (comm/facts.hpp);
 // a block of reduce_scatter / all_gather belongs to the rank at its position.
 #pragma once
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "dcomm/algo/chain.hpp"
@@ -106,6 +108,44 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
     case OpKind::kReduce: return chain_reduce(prims, f.pos, size, root, b);
     default: return make_error(ErrorCode::kInternal, "unhandled operation");
   }
+}
+
+// The choice for a collective of `shape` (comm/algorithm_choice.hpp, with what the ranks agreed).
+inline Choice choose_for(const SetupFacts& f, const Config& config, const CallShape& shape) {
+  return choose_algorithm(shape, config, f.single_copy, f.link);
+}
+
+// In place as every rank sees it alike: reduce_scatter's output is block `rank` of its
+// input, all_gather's input is block `rank` of its output (so only rank 0's pointers are
+// equal), the others share one buffer.
+inline bool in_place_everywhere(const OpDesc& d, size_t eb, int rank) {
+  const size_t block = static_cast<size_t>(rank) * d.count * eb;
+  if (d.kind == OpKind::kReduceScatter) return static_cast<const char*>(d.send) + block == d.recv;
+  if (d.kind == OpKind::kAllGather) return static_cast<const char*>(d.recv) + block == d.send;
+  return d.send == d.recv;
+}
+
+// DCOMM_DEBUG_SUBSYS=TUNING: the choice and every candidate's predicted time.
+inline void log_tuning(const DispatchContext& c, const CallShape& shape, const Choice& choice) {
+  std::string line;
+  for (Algorithm a : candidates(shape, c.config, c.facts.single_copy))
+    line += detail::cat(" ", to_string(a), "=", predict_us(a, shape, c.facts.link), "us");
+  DCOMM_LOG(kInfo, kSubsysTuning, c.rank, to_string(shape.kind), " ", shape.bytes(), " bytes on ", shape.ranks,
+            " ranks: ", to_string(choice.algorithm), " (", choice.reason, "); predicted:", line);
+}
+
+// Collective d (not point-to-point or barrier) from the call to the algorithm: its reducer,
+// its shape, the choice (or `forced`: tuning.hpp's measurements), the run.
+inline Status dispatch_collective(const DispatchContext& c, const OpDesc& d, std::optional<Algorithm> forced) {
+  auto reducer = make_host_reducer(d.type, d.op, c.size());
+  if (!reducer.ok()) return reducer.status();
+  const size_t eb = reducer->elem_bytes;
+  const CallShape shape{d.kind, d.count, eb, c.size(), in_place_everywhere(d, eb, c.rank), c.facts.hosts};
+  const Choice choice = forced ? Choice{*forced, "forced"} : choose_for(c.facts, c.config, shape);
+  DCOMM_LOG(kTrace, kSubsysColl, c.rank, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
+            to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(choice.algorithm));
+  if (!forced && Logger::instance().enabled(LogLevel::kInfo, kSubsysTuning)) log_tuning(c, shape, choice);
+  return run_algorithm(c, d, *reducer, shape, choice.algorithm);
 }
 
 DCOMM_NAMESPACE_END

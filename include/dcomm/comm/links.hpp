@@ -19,6 +19,7 @@
 #include "dcomm/transport/inproc.hpp"
 #include "dcomm/transport/mesh.hpp"
 #include "dcomm/transport/proxy.hpp"
+#include "dcomm/transport/tcp_link.hpp"
 #include "dcomm/transport/shm.hpp"
 #include "dcomm/transport/transport.hpp"
 #if DCOMM_HAS_UCX

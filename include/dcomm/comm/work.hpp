@@ -1,6 +1,7 @@
 // Work: the handle an asynchronous call returns. The operation runs on the communicator's
 // worker thread, in call order with every other operation of that communicator; its buffers
-// must stay valid until wait() returns or test() says done.
+// must stay valid until wait() returns or test() says done. Also how calls enter a
+// communicator: one thread at a time (CallGuard), then inline or through the Executor's worker.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,29 @@
 DCOMM_NAMESPACE_BEGIN
 
 namespace detail {
+// One thread at a time in a communicator's calls: a second thread that enters while a call is
+// in progress gets an error that says so, instead of corrupting the first call. One atomic
+// exchange on entry, one store on the way out.
+class CallGuard {
+ public:
+  explicit CallGuard(std::atomic<bool>& busy) : busy_(busy), entered_(!busy.exchange(true, std::memory_order_acquire)) {}
+  ~CallGuard() {
+    if (entered_) busy_.store(false, std::memory_order_release);
+  }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+  bool entered() const { return entered_; }
+  static Status refusal(const char* what, int rank) {
+    return invalid_argument(what, " on rank ", rank, ": another thread is inside a call on this communicator; a ",
+                            "communicator is driven by one thread at a time (use one communicator per thread, or "
+                            "the *_async calls from one thread)");
+  }
+
+ private:
+  std::atomic<bool>& busy_;
+  bool entered_;
+};
+
 struct WorkState {
   std::mutex mu;
   std::condition_variable cv;

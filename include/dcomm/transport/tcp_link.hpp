@@ -1,0 +1,167 @@
+// The TCP wire of a proxied link (transport/proxy.hpp moves it): each slot is striped over
+// the link's sockets, each socket carrying a slice of every slot prefixed with the slot's
+// byte count and stamp. Sockets never block: pump() moves what the kernel takes and gives,
+// and asks the proxy to poll for the rest.
+#pragma once
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "dcomm/bootstrap/socket.hpp"
+#include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
+#include "dcomm/transport/proxy.hpp"
+
+DCOMM_NAMESPACE_BEGIN
+
+// One TCP peer: the sockets between the FIFOs.
+class TcpLink final : public ProxyLink {
+ public:
+  // What opens each stripe's slice of a slot: the slot's byte count and stamp.
+  struct SliceHeader {
+    uint64_t total = 0;
+    SlotStamp stamp;
+  };
+  static constexpr size_t kHeaderBytes = sizeof(SliceHeader);
+  struct Stripe {
+    Socket sock;
+    uint64_t send_slot = 0;  // slot this socket is sending its slice of
+    size_t send_off = 0;     // bytes of (header + slice) sent
+    SliceHeader send_hdr;
+    uint64_t recv_slot = 0;
+    size_t recv_off = 0;
+    SliceHeader recv_hdr;    // the slot's byte count and stamp, once in
+    bool eof = false;
+    bool want_out = false, want_in = false;
+  };
+  TcpLink(int peer_rank, std::vector<Socket> socks, const Config& c) : ProxyLink(peer_rank, c) {
+    for (auto& s : socks) {
+      Stripe st;
+      st.sock = std::move(s);
+      stripes.push_back(std::move(st));
+    }
+  }
+  const char* kind() const override { return "tcp"; }
+  bool pump() override;
+  bool prepare_to_sleep(std::vector<pollfd>& fds) override {
+    for (auto& st : stripes) {
+      short ev = static_cast<short>((st.want_in && !st.eof ? POLLIN : 0) | (st.want_out ? POLLOUT : 0));
+      if (ev && st.sock.valid()) fds.push_back({st.sock.fd(), ev, 0});
+    }
+    return true;
+  }
+  void shutdown() override {
+    for (auto& st : stripes)
+      if (st.sock.valid()) ::shutdown(st.sock.fd(), SHUT_WR);
+  }
+
+  // A socket call failed: true when it would have blocked (`want` asks the proxy to poll for
+  // it), else the link fails naming what it did.
+  bool would_block(bool& want, const char* doing) {
+    if (errno == EAGAIN || errno == EINTR) return want = true;
+    return fail(detail::cat(doing, peer_name(), " failed: ", std::strerror(errno)));
+  }
+
+  // The slice of a slot of `total` bytes that stripe k carries.
+  std::pair<size_t, size_t> slice(size_t k, uint64_t total) const {
+    size_t n = stripes.size();
+    size_t part = ((total + n - 1) / n + 63) & ~size_t{63};
+    size_t begin = std::min<size_t>(k * part, total);
+    return {begin, std::min<size_t>(begin + part, total)};
+  }
+  std::vector<Stripe> stripes;
+};
+
+// Moves whatever can move on the sockets without blocking; true if anything moved.
+inline bool TcpLink::pump() {
+  bool progress = false;
+  FifoRef out = send.fifo, in = recv.fifo;
+  uint64_t tail = out.tail();
+  uint64_t sent_min = UINT64_MAX, recv_min = UINT64_MAX;
+  uint64_t room_end = in.head() + in.slots();
+  for (size_t k = 0; k < stripes.size(); ++k) {
+    auto& st = stripes[k];
+    st.want_out = false;
+    while (st.send_slot < tail) {
+      if (st.send_off == 0) st.send_hdr = {out.size(st.send_slot), out.stamp(st.send_slot)};
+      const uint64_t total = st.send_hdr.total;
+      auto [b, e] = slice(k, total);
+      size_t want = kHeaderBytes + (e - b);
+      iovec iov[2];
+      int n_iov = 0;
+      if (st.send_off < kHeaderBytes)
+        iov[n_iov++] = {reinterpret_cast<char*>(&st.send_hdr) + st.send_off, kHeaderBytes - st.send_off};
+      size_t data_off = st.send_off < kHeaderBytes ? 0 : st.send_off - kHeaderBytes;
+      if (e - b > data_off) iov[n_iov++] = {out.payload(st.send_slot, total) + b + data_off, e - b - data_off};
+      // sendmsg with MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE.
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n_iov);
+      ssize_t n = want > st.send_off ? ::sendmsg(st.sock.fd(), &msg, MSG_NOSIGNAL) : 0;
+      if (n < 0) {
+        if (!would_block(st.want_out, "sending to ")) return false;
+        break;
+      }
+      st.send_off += static_cast<size_t>(n);
+      progress |= n > 0;
+      if (st.send_off == want) st.send_slot++, st.send_off = 0, progress = true;
+    }
+    sent_min = std::min(sent_min, st.send_slot);
+
+    st.want_in = false;
+    while (!st.eof && st.recv_slot < room_end) {
+      char* dst;
+      size_t left;
+      if (st.recv_off < kHeaderBytes) {
+        dst = reinterpret_cast<char*>(&st.recv_hdr) + st.recv_off;
+        left = kHeaderBytes - st.recv_off;
+      } else {
+        auto [b, e] = slice(k, st.recv_hdr.total);
+        dst = in.payload(st.recv_slot, st.recv_hdr.total) + b + (st.recv_off - kHeaderBytes);
+        left = (e - b) - (st.recv_off - kHeaderBytes);
+      }
+      ssize_t n = left ? ::recv(st.sock.fd(), dst, left, 0) : 0;
+      if (n == 0 && left) {
+        st.eof = true;
+        if (st.recv_off != 0)
+          return fail(detail::cat(peer_name(), " closed its connection mid-message"));
+        break;
+      }
+      if (n < 0) {
+        if (!would_block(st.want_in, "receiving from ")) return false;
+        break;
+      }
+      st.recv_off += static_cast<size_t>(n);
+      progress |= n > 0;
+      if (st.recv_off >= kHeaderBytes) {
+        if (st.recv_hdr.total > in.slot_bytes())
+          return fail(detail::cat(peer_name(), " sent a ", st.recv_hdr.total,
+                                     "-byte slot; this rank's slots hold ", in.slot_bytes(),
+                                     " (do all ranks set the same DCOMM_SLOT_BYTES?)"));
+        auto [b, e] = slice(k, st.recv_hdr.total);
+        if (st.recv_off == kHeaderBytes + (e - b)) {
+          in.set_size(st.recv_slot, st.recv_hdr.total);
+          if (k == 0) in.set_stamp(st.recv_slot, st.recv_hdr.stamp);
+          st.recv_slot++, st.recv_off = 0, progress = true;
+        }
+      }
+    }
+    recv_min = std::min(recv_min, st.recv_slot);
+  }
+  if (sent_min != UINT64_MAX && sent_min > out.head(std::memory_order_relaxed)) out.publish_head(sent_min);
+  if (recv_min != UINT64_MAX && recv_min > in.tail(std::memory_order_relaxed)) in.publish_tail(recv_min);
+  bool all_eof = !stripes.empty();
+  for (auto& st : stripes) all_eof &= st.eof;
+  if (all_eof && !in.producer_closed()) in.close_producer();
+  return progress;
+}
+
+DCOMM_NAMESPACE_END
