@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
       std::printf("%8d %9s", n, human(bytes).c_str());
       const SimNetwork at = local ? local_net() : net;
       // The trees pipeline slot-sized slices (512 KiB); at scale at most 32 slices a call.
-      const size_t slice = std::max<size_t>(model.slice_bytes / 4, local ? 1 : count / 32);
+      const size_t slice = recorded_tree_slice(count, model.slice_bytes / 4, local ? 0 : 32);
       const size_t ring_slice = model.slice_bytes / 4;  // the ring's slices are slots at every scale
       auto report = [&](const SimResult& r) {
         if (!r.error.empty()) {

@@ -129,7 +129,7 @@ int run_plan(int argc, char** argv, Bytes bytes_of) {
     std::printf("%-20s %13.1f %13.1f %14.2f %17.1f%% %17.1f%%\n", name, b.time_us, l.time_us, t.comm_us / 1e3,
                 100 * t.comm_us / t.no_overlap_us, 100 * (t.overlapped_us - a.compute_ms * 1e3) / t.overlapped_us);
   };
-  auto sliced = [&](size_t count) { return std::max<size_t>(model.slice_bytes / 4, count / 32); };
+  auto sliced = [&](size_t count) { return recorded_tree_slice(count, model.slice_bytes / 4, 32); };
   if (n <= 4096)
     row("ring", [&](size_t c) { return simulate_recorded_all_reduce(n, c, model.slice_bytes / 4, 4, net, record_ring_all_reduce); });
   else

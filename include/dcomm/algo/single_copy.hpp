@@ -17,8 +17,8 @@
 // chunk r is read (by rank r only) before rank r overwrites it, a tile at a time.
 #pragma once
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -26,7 +26,6 @@
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
 #include "dcomm/reduce/copy.hpp"
-#include "dcomm/transport/mem_alloc.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -43,9 +42,8 @@ struct BufferDescriptor {
 // This rank's buffers as its peers need them: `in` of `bytes` and `out` of `out_bytes`.
 inline BufferDescriptor describe(const void* in, size_t bytes, const void* out = nullptr, size_t out_bytes = 0,
                                  uint64_t split = 0) {
-  auto& regions = RegionRegistry::instance();
-  return {reinterpret_cast<uint64_t>(in), bytes, reinterpret_cast<uint64_t>(out), split, regions.find(in, bytes),
-          out ? regions.find(out, out_bytes) : RegionRef{}};
+  return {reinterpret_cast<uint64_t>(in), bytes, reinterpret_cast<uint64_t>(out), split, local_region(in, bytes),
+          out ? local_region(out, out_bytes) : RegionRef{}};
 }
 
 // Receives a peer's descriptor (its buffers' addresses), checking the size it offers.

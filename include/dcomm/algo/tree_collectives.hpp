@@ -137,7 +137,7 @@ Status double_tree_all_reduce(Ops& o, int rank, int size, const char* send, char
     char* dst = trees[h].parent() < 0 ? mine : acc + static_cast<size_t>(h) * slice * eb;
     return detail::tree_reduce_slice(o, trees[h], mine, dst, n);
   };
-  const size_t lag = split ? o.lag_slices() : 0;
+  const size_t lag = split ? tree_lag_slices(o.fifo_slots()) : 0;
   for (const int* order : {up, down})
     for (size_t k = 0; k < slices + lag; ++k) {
       DCOMM_RETURN_IF_ERROR(run_slice(order[0], k, order == up));

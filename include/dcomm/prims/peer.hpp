@@ -31,6 +31,10 @@ inline std::chrono::milliseconds stall_threshold(const Config& c) {
   return std::chrono::milliseconds(std::max<long long>(50, std::min<long long>(1000, c.timeout.count() / 4)));
 }
 
+// Where `bytes` at `p` lie when they are in one of this process's dcomm::mem_alloc blocks: what
+// a peer passes back to view() to reach them through a mapping. Empty (fd < 0) otherwise.
+inline RegionRef local_region(const void* p, size_t bytes) { return detail::RegionRegistry::instance().find(p, bytes); }
+
 class PeerPort {
  public:
   // same_process: the peer is a thread of this process (its addresses are ours). `call`: the

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <vector>
 
-#include "dcomm/algo/tree_collectives.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
@@ -21,13 +20,13 @@ class PeerPrims {
  public:
   // ports[p]: to rank p (null for this rank). reducer: null for the collectives that only copy.
   // slots: the FIFOs' depth (every slot is handed back to the sender at once, so the whole
-  // ring is there for a sender running ahead: lag_slices()).
+  // ring is there for a sender running ahead: fifo_slots()).
   PeerPrims(const std::vector<PeerPort*>& ports, const Reducer* reducer, size_t elem_bytes, const Config& config)
       : ports_(ports), r_(reducer), eb_(elem_bytes), slice_(config.slot_bytes / elem_bytes), slots_(config.slots) {}
 
   size_t elem_bytes() const { return eb_; }
   size_t slice_elems() const { return slice_; }
-  size_t lag_slices() const { return tree_lag_slices(slots_); }
+  int fifo_slots() const { return slots_; }
 
   Status send(int peer, const void* src, size_t n) { return port(peer)->post(src, n * eb_); }
   Status recv(int peer, void* dst, size_t n) {

@@ -11,6 +11,7 @@
 // one recording per rank is the whole run.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -41,10 +42,10 @@ class Recorder {
   size_t elem_bytes() const { return 1; }
   size_t slice_elems() const { return slice_; }
   size_t chunk_align() const { return 1; }
-  // What the host's FIFOs let the double tree run one tree ahead (algo/tree_collectives.hpp):
+  // The host FIFOs' depth, which bounds how far the double tree runs one tree ahead (algo/tree_collectives.hpp):
   // the simulator's links buffer without bound, so the recording keeps the real code's limit.
-  size_t lag_slices() const { return lag_; }
-  void set_slots(int slots) { lag_ = tree_lag_slices(slots); }
+  int fifo_slots() const { return slots_; }
+  void set_slots(int slots) { slots_ = slots; }
   Status local_copy(void* dst, const void* src, size_t n) {
     if (dst != src) steps_.push_back(detail::local_copy(range(src, n), range(dst, n)));
     return {};
@@ -112,7 +113,7 @@ class Recorder {
   size_t slice_;
   int prev_, next_;
   size_t scratch_at_;
-  size_t lag_ = tree_lag_slices(Config{}.slots);
+  int slots_ = Config{}.slots;
   Schedule steps_;
 };
 
@@ -125,6 +126,13 @@ struct RecordedLayout {
   size_t scratch_at() const { return 2 * count; }
   size_t elems() const { return 2 * count + 2 * slice; }
 };
+
+// The slices the trees are recorded with: slot-sized, as the host runs them, but at least
+// count / max_slices elements (none: 0), so that a 1 GiB call at 65,536 ranks stays a few
+// million steps. Fewer, larger slices change the pipeline's fill, not its rate.
+inline size_t recorded_tree_slice(size_t count, size_t slot_elems, size_t max_slices) {
+  return std::max<size_t>(slot_elems, max_slices ? count / max_slices : 0);
+}
 
 // The steps of rank x of n in ring_all_reduce (positions are ranks), slices of `slice` elements.
 inline Schedule record_ring_all_reduce(int n, int x, size_t count, size_t slice) {
