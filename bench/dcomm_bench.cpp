@@ -61,19 +61,20 @@ struct Options {
   int root = 0;
   int iters = 20, warmup = 5;
   bool check = true;
-  std::string json;  // -J: write results here
-  bool memory = false;  // -M: report staging memory per rank
+  std::string json;         // -J: write results here
+  bool memory = false;      // -M: report staging memory per rank
   bool registered = false;  // -R: buffers from dcomm::mem_alloc
-  int gpus = 0;  // -g: on CUDA devices, ranks spread over this many
-  int threads = 0;  // -t: ranks as threads of one process
+  int gpus = 0;             // -g: on CUDA devices, ranks spread over this many
+  int threads = 0;          // -t: ranks as threads of one process
 };
 
 [[noreturn]] void usage(const char* msg) {
-  std::fprintf(stderr,
-               "dcomm-bench: %s\nusage: dcomm-bench [all_reduce|reduce_scatter|all_gather|broadcast|reduce|"
-               "send_recv|all_to_all] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o sum|prod|min|max|avg] "
-               "[-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1] [-g gpus] [-t threads]\n",
-               msg);
+  std::fprintf(
+      stderr,
+      "dcomm-bench: %s\nusage: dcomm-bench [all_reduce|reduce_scatter|all_gather|broadcast|reduce|"
+      "send_recv|all_to_all] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o sum|prod|min|max|avg] "
+      "[-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1] [-g gpus] [-t threads]\n",
+      msg);
   std::exit(2);
 }
 
@@ -115,11 +116,14 @@ Options parse(int argc, char** argv) {
       usage(("unknown flag " + flag).c_str());
     }
   }
-  static const char* kColls[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "send_recv", "all_to_all"};
+  static const char* kColls[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                 "reduce",     "send_recv",      "all_to_all"};
   auto known = std::find(std::begin(kColls), std::end(kColls), o.coll);
   if (known == std::end(kColls)) usage(("unknown collective " + o.coll).c_str());
   o.kind = static_cast<Coll>(known - std::begin(kColls));
-  if (o.ranks < 1 || o.iters < 1 || o.warmup < 0 || o.factor <= 1 || o.min_bytes > o.max_bytes || o.gpus < 0 || o.threads < 0) usage("bad numbers");
+  if (o.ranks < 1 || o.iters < 1 || o.warmup < 0 || o.factor <= 1 || o.min_bytes > o.max_bytes || o.gpus < 0 ||
+      o.threads < 0)
+    usage("bad numbers");
 #if !DCOMM_HAS_CUDA
   if (o.gpus > 0) usage("-g: this dcomm-bench was built without CUDA (configure with the CUDA toolkit)");
 #endif
@@ -228,7 +232,8 @@ struct Bench {
     return recv.data();
   }
   void* out_ptr(bool in_place) {
-    if (in_place && o.kind == Coll::kReduceScatter) return recv.data() + static_cast<size_t>(c.rank()) * counts(cur_count).second * eb;
+    if (in_place && o.kind == Coll::kReduceScatter)
+      return recv.data() + static_cast<size_t>(c.rank()) * counts(cur_count).second * eb;
     return recv.data();
   }
   size_t cur_count = 0;
@@ -255,8 +260,8 @@ struct Bench {
   std::string device_settings() const {
 #if DCOMM_HAS_CUDA
     if (dev)
-      return detail::cat(dev->config().channels, " channels x ", dev->config().threads, " threads, ", dev->config().nslots,
-                         " slots x ", dev->config().slot_bytes >> 10, " KiB");
+      return detail::cat(dev->config().channels, " channels x ", dev->config().threads, " threads, ",
+                         dev->config().nslots, " slots x ", dev->config().slot_bytes >> 10, " KiB");
 #endif
     return "";
   }
@@ -341,17 +346,20 @@ struct Bench {
       if (s.ok()) s = sync();
       if (!s.ok()) return s;
       out.resize(rc);
-      DCOMM_RETURN_IF_ERROR(recv.get(out.data(), static_cast<const char*>(out_ptr(in_place)), rc * sizeof(T), stream_ptr()));
+      DCOMM_RETURN_IF_ERROR(
+          recv.get(out.data(), static_cast<const char*>(out_ptr(in_place)), rc * sizeof(T), stream_ptr()));
       size_t un = static_cast<size_t>(n());
       int64_t wrong = 0;
       auto expect = [&](size_t i) -> T {
         if (o.kind == Coll::kAllReduce || o.kind == Coll::kReduce) return expected_reduction<T>(o.type, o.op, n(), i);
-        if (o.kind == Coll::kReduceScatter) return expected_reduction<T>(o.type, o.op, n(), static_cast<size_t>(r) * rc + i);
+        if (o.kind == Coll::kReduceScatter)
+          return expected_reduction<T>(o.type, o.op, n(), static_cast<size_t>(r) * rc + i);
         if (o.kind == Coll::kAllGather) return from_int<T>(input_value(o.type, o.op, static_cast<int>(i / sc), i % sc));
         if (o.kind == Coll::kBroadcast) return from_int<T>(input_value(o.type, o.op, o.root, i));
         if (o.kind == Coll::kSendRecv) return from_int<T>(input_value(o.type, o.op, (r + n() - 1) % n(), i));
         size_t per = sc / un;  // all_to_all: block p came from rank p, its block r
-        return from_int<T>(input_value(o.type, o.op, static_cast<int>(i / per), static_cast<size_t>(r) * per + i % per));
+        return from_int<T>(
+            input_value(o.type, o.op, static_cast<int>(i / per), static_cast<size_t>(r) * per + i % per));
       };
       size_t out_count = (o.kind == Coll::kReduce && r != o.root) ? 0 : rc;
       for (size_t i = 0; i < out_count; ++i) wrong += !same_bits(out[i], expect(i));
@@ -384,12 +392,13 @@ int run_rank(const Options& o, Communicator& c) {
   // allocation may wait for the whole GPU).
   if (Status s = c.barrier(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
   if (c.rank() == 0) {
-    std::printf("# dcomm-bench %s: %d ranks (%d on this host, next rank via %s), %s %s, root %d, iters %d, warmup %d, "
-                "check %d%s\n#\n",
-                o.coll.c_str(), c.size(), c.local_size(), b.path_to_next(), to_string(o.type),
-                to_string(o.op), o.root, o.iters, o.warmup, o.check ? 1 : 0, o.registered ? ", buffers from mem_alloc" : "");
-    std::printf("# %10s %12s %8s %6s %6s  %9s %7s %7s %6s  %9s %7s %7s %6s\n", "", "", "", "", "", "out-of-place", "", "",
-                "", "in-place", "", "", "");
+    std::printf(
+        "# dcomm-bench %s: %d ranks (%d on this host, next rank via %s), %s %s, root %d, iters %d, warmup %d, "
+        "check %d%s\n#\n",
+        o.coll.c_str(), c.size(), c.local_size(), b.path_to_next(), to_string(o.type), to_string(o.op), o.root, o.iters,
+        o.warmup, o.check ? 1 : 0, o.registered ? ", buffers from mem_alloc" : "");
+    std::printf("# %10s %12s %8s %6s %6s  %9s %7s %7s %6s  %9s %7s %7s %6s\n", "", "", "", "", "", "out-of-place", "",
+                "", "", "in-place", "", "", "");
     std::printf("# %10s %12s %8s %6s %6s  %9s %7s %7s %6s  %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
                 "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
     std::printf("# %10s %12s %8s %6s %6s  %9s %7s %7s %6s  %9s %7s %7s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
@@ -429,7 +438,8 @@ int run_rank(const Options& o, Communicator& c) {
                   (o.kind == Coll::kBroadcast || o.kind == Coll::kReduce) ? o.root : -1);
       for (int k = 0; k < 2; ++k) {
         double algbw = size_b / us[k] / 1e3;
-        std::printf("  %9.2f %7.2f %7.2f %6lld", us[k], algbw, algbw * b.bus_factor(), static_cast<long long>(wrong[k]));
+        std::printf("  %9.2f %7.2f %7.2f %6lld", us[k], algbw, algbw * b.bus_factor(),
+                    static_cast<long long>(wrong[k]));
       }
       std::printf("\n");
       std::fflush(stdout);
@@ -440,9 +450,9 @@ int run_rank(const Options& o, Communicator& c) {
         else if (auto kind = b.op_kind(); kind)
           algo = to_string(c.algorithm_for(*kind, kind == OpKind::kReduceScatter ? rc : sc, o.type, k == 1).algorithm);
         json_rows += detail::cat(json_rows.empty() ? "" : ",\n", "    {\"size\": ", shown * eb, ", \"count\": ", shown,
-                                 ", \"in_place\": ", k ? "true" : "false", ", \"time_us\": ", us[k], ", \"algbw\": ",
-                                 algbw, ", \"busbw\": ", algbw * b.bus_factor(), ", \"wrong\": ", wrong[k],
-                                 ", \"algorithm\": \"", algo, "\"}");
+                                 ", \"in_place\": ", k ? "true" : "false", ", \"time_us\": ", us[k],
+                                 ", \"algbw\": ", algbw, ", \"busbw\": ", algbw * b.bus_factor(),
+                                 ", \"wrong\": ", wrong[k], ", \"algorithm\": \"", algo, "\"}");
       }
       bus_sum += size_b / us[0] / 1e3 * b.bus_factor();
       ++rows;
@@ -455,11 +465,13 @@ int run_rank(const Options& o, Communicator& c) {
   uint64_t staging = c.staging_bytes(), staging_max = 0;
   if (Status s = c.all_reduce(&staging, &staging_max, 1, DataType::kUint64, ReduceOp::kMax); !s.ok()) return 1;
   if (c.rank() == 0) {
-    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "FAILED" : "OK");
+    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
+                total_wrong ? "FAILED" : "OK");
     std::printf("# Avg bus bandwidth    : %.3f\n", rows ? bus_sum / rows : 0.0);
     if (o.memory)
-      std::printf("# Staging memory       : %.2f MiB per rank (largest over ranks; DCOMM_SLOTS x DCOMM_SLOT_BYTES per link)\n",
-                  static_cast<double>(staging_max) / (1 << 20));
+      std::printf(
+          "# Staging memory       : %.2f MiB per rank (largest over ranks; DCOMM_SLOTS x DCOMM_SLOT_BYTES per link)\n",
+          static_cast<double>(staging_max) / (1 << 20));
     std::printf("#\n");
     if (!o.json.empty()) {
       FILE* f = std::fopen(o.json.c_str(), "w");
@@ -468,9 +480,8 @@ int run_rank(const Options& o, Communicator& c) {
                    "{\n  \"tool\": \"dcomm-bench\", \"collective\": \"%s\", \"ranks\": %d, \"type\": \"%s\", "
                    "\"op\": \"%s\", \"root\": %d, \"iters\": %d, \"transport\": \"%s\", "
                    "\"staging_bytes_per_rank\": %llu, \"device\": \"%s\",\n  \"results\": [\n%s\n  ]\n}\n",
-                   o.coll.c_str(), c.size(), to_string(o.type), to_string(o.op), o.root, o.iters,
-                   b.path_to_next(), static_cast<unsigned long long>(staging_max), b.device_settings().c_str(),
-                   json_rows.c_str());
+                   o.coll.c_str(), c.size(), to_string(o.type), to_string(o.op), o.root, o.iters, b.path_to_next(),
+                   static_cast<unsigned long long>(staging_max), b.device_settings().c_str(), json_rows.c_str());
       std::fclose(f);
     }
   }

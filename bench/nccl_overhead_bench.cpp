@@ -23,7 +23,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int iterations_for(size_t bytes) { return bytes <= 65536 ? 2000 : bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 20 : 5; }
+int iterations_for(size_t bytes) {
+  return bytes <= 65536 ? 2000 : bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 20 : 5;
+}
 
 // Seconds per call of `call`, the slowest rank's (both ranks take the max through dcomm).
 template <class F>
@@ -57,14 +59,16 @@ int run_rank(int rank, int fd_in, int fd_out, int rounds, size_t max_bytes) {
   if (!comm.ok()) return std::fprintf(stderr, "%s\n", comm.status().message().c_str()), 4;
   dcomm::Communicator& c = **comm;
   if (rank == 0)
-    std::printf("%12s %10s %12s %12s %8s %10s %6s\n", "size (B)", "count", "nccl (us)", "dcomm (us)", "ratio", "diff (us)", "goal");
+    std::printf("%12s %10s %12s %12s %8s %10s %6s\n", "size (B)", "count", "nccl (us)", "dcomm (us)", "ratio",
+                "diff (us)", "goal");
   for (size_t bytes = 8; bytes <= max_bytes; bytes *= bytes < 65536 ? 8 : 4) {
     const size_t n = bytes / sizeof(float);
     std::vector<float> in(n, 1.f), out(n);
     const int iters = iterations_for(bytes);
     std::vector<double> t_nccl, t_dcomm;
     for (int r = 0; r < rounds; ++r) {
-      t_nccl.push_back(per_call(c, iters, [&] { ncclAllReduce(in.data(), out.data(), n, ncclFloat32, ncclSum, nccl, nullptr); }));
+      t_nccl.push_back(
+          per_call(c, iters, [&] { ncclAllReduce(in.data(), out.data(), n, ncclFloat32, ncclSum, nccl, nullptr); }));
       t_dcomm.push_back(per_call(c, iters, [&] {
         c.all_reduce(in.data(), out.data(), n, dcomm::DataType::kFloat32, dcomm::ReduceOp::kSum).ignore();
       }));
@@ -72,7 +76,8 @@ int run_rank(int rank, int fd_in, int fd_out, int rounds, size_t max_bytes) {
     if (out[n - 1] != 2.f) std::fprintf(stderr, "rank %d: wrong result %g at %zu bytes\n", rank, out[n - 1], bytes);
     const double a = median(t_nccl) * 1e6, b = median(t_dcomm) * 1e6;
     if (rank == 0)
-      std::printf("%12zu %10zu %12.2f %12.2f %8.3f %10.2f %6s\n", bytes, n, a, b, a / b, a - b, a <= b * 1.03 + 1.0 ? "met" : "MISSED");
+      std::printf("%12zu %10zu %12.2f %12.2f %8.3f %10.2f %6s\n", bytes, n, a, b, a / b, a - b,
+                  a <= b * 1.03 + 1.0 ? "met" : "MISSED");
   }
   ncclCommDestroy(nccl);
   return 0;

@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
     } else if (a == "--step-cpu" && i + 1 < argc) {
       step_cpu_us = std::atof(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: dcomm-sim [-n ranks,...] [-s bytes,...] [--local ranks [--cores c] [--wake us] "
-                           "[--step-cpu us]]\n");
+      std::fprintf(stderr,
+                   "usage: dcomm-sim [-n ranks,...] [-s bytes,...] [--local ranks [--cores c] [--wake us] "
+                   "[--step-cpu us]]\n");
       return 2;
     }
   }
@@ -105,18 +106,19 @@ int main(int argc, char** argv) {
     return m;
   };
   if (local)
-    std::printf("# one host, %d ranks on %d cores: copy %.0f GB/s, reduce %.0f GB/s a core, step %.1f us "
-                "of a core, wake-up %.1f us after a wait\n",
-                ranks[0], cores, 2.0 / model.beta_us_per_byte / 1e3, 1.0 / model.gamma_us_per_byte / 1e3, step_cpu_us,
-                wake_us);
+    std::printf(
+        "# one host, %d ranks on %d cores: copy %.0f GB/s, reduce %.0f GB/s a core, step %.1f us "
+        "of a core, wake-up %.1f us after a wait\n",
+        ranks[0], cores, 2.0 / model.beta_us_per_byte / 1e3, 1.0 / model.gamma_us_per_byte / 1e3, step_cpu_us, wake_us);
   else
-    std::printf("# %d ranks per host; within a host %.1f us, %.0f GB/s; between hosts %.1f us, %d NICs of %.0f GB/s; "
-                "fat tree, contention at the NICs\n",
-                net.ranks_per_host, net.local_alpha_us, net.local_bytes_per_us / 1e3, net.net_alpha_us, net.nics_per_host,
-                net.nic_bytes_per_us / 1e3);
+    std::printf(
+        "# %d ranks per host; within a host %.1f us, %.0f GB/s; between hosts %.1f us, %d NICs of %.0f GB/s; "
+        "fat tree, contention at the NICs\n",
+        net.ranks_per_host, net.local_alpha_us, net.local_bytes_per_us / 1e3, net.net_alpha_us, net.nics_per_host,
+        net.nic_bytes_per_us / 1e3);
   std::printf("# all_reduce, float32; predicted time in us; every rank's result checked symbolically ('ok')\n");
-  std::printf("%8s %9s %19s %19s %19s %19s %19s\n", "ranks", "size", "ring", "recursive_doubling", "rabenseifner", "tree",
-              "double_tree");
+  std::printf("%8s %9s %19s %19s %19s %19s %19s\n", "ranks", "size", "ring", "recursive_doubling", "rabenseifner",
+              "tree", "double_tree");
   int failures = 0;
   for (int n : ranks) {
     for (size_t bytes : sizes) {
@@ -157,7 +159,8 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  std::printf("# ok: simulated and checked; an: the ring above 4,096 ranks, timed analytically; trees pipelined in "
-              "512 KiB slices (at scale, at most 32 slices)\n");
+  std::printf(
+      "# ok: simulated and checked; an: the ring above 4,096 ranks, timed analytically; trees pipelined in "
+      "512 KiB slices (at scale, at most 32 slices)\n");
   return failures ? 1 : 0;
 }

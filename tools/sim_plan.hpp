@@ -86,9 +86,10 @@ int run_plan(int argc, char** argv, Bytes bytes_of) {
   }
   if (a.grad_bytes < 4 || a.bucket_bytes < 4 || a.compute_ms < 0 || a.hosts < 1 || a.gpus < 1 || a.nics < 1 ||
       a.local_gbs <= 0 || a.nic_gbps <= 0) {
-    std::fprintf(stderr, "usage: dcomm-sim plan --grad BYTES --bucket BYTES --compute-ms MS --hosts H --gpus G "
-                         "[--local-gbs GB/s] [--local-us US] [--nic-gbps Gb/s] [--nics N] [--net-us US]\n"
-                         "  (--grad, --compute-ms, --hosts and --gpus are required; sizes take K, M, G)\n");
+    std::fprintf(stderr,
+                 "usage: dcomm-sim plan --grad BYTES --bucket BYTES --compute-ms MS --hosts H --gpus G "
+                 "[--local-gbs GB/s] [--local-us US] [--nic-gbps Gb/s] [--nics N] [--net-us US]\n"
+                 "  (--grad, --compute-ms, --hosts and --gpus are required; sizes take K, M, G)\n");
     return 2;
   }
   using namespace dcomm;
@@ -103,10 +104,10 @@ int run_plan(int argc, char** argv, Bytes bytes_of) {
   const size_t full = static_cast<size_t>(a.bucket_bytes) / 4;
   const size_t buckets = static_cast<size_t>((a.grad_bytes + a.bucket_bytes - 1) / a.bucket_bytes);
   const size_t last = std::max<size_t>(1, static_cast<size_t>(a.grad_bytes) / 4 - full * (buckets - 1));
-  std::printf("# %d hosts x %d GPUs = %d ranks; %.3g GB of gradients a step in %zu buckets of %s (the last %s); "
-              "compute %.1f ms a step\n",
-              a.hosts, a.gpus, n, a.grad_bytes / 1e9, buckets, mib(full * 4.0).c_str(), mib(last * 4.0).c_str(),
-              a.compute_ms);
+  std::printf(
+      "# %d hosts x %d GPUs = %d ranks; %.3g GB of gradients a step in %zu buckets of %s (the last %s); "
+      "compute %.1f ms a step\n",
+      a.hosts, a.gpus, n, a.grad_bytes / 1e9, buckets, mib(full * 4.0).c_str(), mib(last * 4.0).c_str(), a.compute_ms);
   std::printf("# within a host %.0f GB/s, %.1f us a step; between hosts %d NICs of %.0f Gb/s, %.1f us a step\n",
               a.local_gbs, a.local_us, a.nics, a.nic_gbps, a.net_us);
   std::printf("%-20s %13s %13s %14s %18s %18s\n", "algorithm", "bucket (us)", "last (us)", "a step (ms)",
@@ -131,9 +132,10 @@ int run_plan(int argc, char** argv, Bytes bytes_of) {
   };
   auto sliced = [&](size_t count) { return recorded_tree_slice(count, model.slice_bytes / 4, 32); };
   if (n <= 4096)
-    row("ring", [&](size_t c) { return simulate_recorded_all_reduce(n, c, model.slice_bytes / 4, 4, net, record_ring_all_reduce); });
-  else
-    std::printf("%-20s (not simulated above 4,096 ranks: 2(n-1) steps on each rank)\n", "ring");
+    row("ring", [&](size_t c) {
+      return simulate_recorded_all_reduce(n, c, model.slice_bytes / 4, 4, net, record_ring_all_reduce);
+    });
+  else std::printf("%-20s (not simulated above 4,096 ranks: 2(n-1) steps on each rank)\n", "ring");
   row("recursive_doubling", [&](size_t c) {
     return simulate(schedules_for(n, [&](int w, int x) { return schedule_recursive_doubling(w, x, c); }),
                     SimCollective::kAllReduce, c, 4, 0, net);
@@ -162,9 +164,10 @@ int run_plan(int argc, char** argv, Bytes bytes_of) {
                     : "");
     if (c == last && last == full) break;
   }
-  std::printf("# overlapped: bucket i ready at (i+1)/%zu of the compute, the buckets reduced one after another; the "
-              "share is the part of the step past the compute\n",
-              buckets);
+  std::printf(
+      "# overlapped: bucket i ready at (i+1)/%zu of the compute, the buckets reduced one after another; the "
+      "share is the part of the step past the compute\n",
+      buckets);
   return failures ? 1 : 0;
 }
 

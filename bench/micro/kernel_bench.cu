@@ -63,7 +63,9 @@ void BM_DeviceMemcpy(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));
   DeviceBuffers buf(bytes);
   if (!buf.ok) return state.SkipWithError("cudaMalloc failed");
-  timed(state, [&] { cudaMemcpyAsync(buf.out, buf.a, bytes, cudaMemcpyDeviceToDevice); }, 2.0 * static_cast<double>(bytes));
+  timed(
+      state, [&] { cudaMemcpyAsync(buf.out, buf.a, bytes, cudaMemcpyDeviceToDevice); },
+      2.0 * static_cast<double>(bytes));
 }
 
 void BM_CopyKernel(benchmark::State& state) {
@@ -71,7 +73,9 @@ void BM_CopyKernel(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));
   DeviceBuffers buf(bytes);
   if (!buf.ok) return state.SkipWithError("cudaMalloc failed");
-  timed(state, [&] { copy_on_device(buf.out, nullptr, buf.a, bytes, nullptr).ignore(); }, 2.0 * static_cast<double>(bytes));
+  timed(
+      state, [&] { copy_on_device(buf.out, nullptr, buf.a, bytes, nullptr).ignore(); },
+      2.0 * static_cast<double>(bytes));
 }
 
 void BM_ReduceKernel(benchmark::State& state, DataType type, ReduceOp op) {
@@ -80,8 +84,9 @@ void BM_ReduceKernel(benchmark::State& state, DataType type, ReduceOp op) {
   DeviceBuffers buf(bytes);
   if (!buf.ok) return state.SkipWithError("cudaMalloc failed");
   const size_t count = bytes / size_of(type);
-  timed(state, [&] { reduce_on_device(buf.out, nullptr, buf.a, buf.b, count, type, op, 2, nullptr).ignore(); },
-        3.0 * static_cast<double>(bytes));
+  timed(
+      state, [&] { reduce_on_device(buf.out, nullptr, buf.a, buf.b, count, type, op, 2, nullptr).ignore(); },
+      3.0 * static_cast<double>(bytes));
 }
 
 // 4 MiB stays in L2; 256 MiB goes to HBM (the issue's measure).

@@ -51,11 +51,13 @@ int main(int argc, char** argv) {
     size_t per = std::max<size_t>(count / static_cast<size_t>(n), 1);
     const int which = coll == "all_reduce" ? 0 : coll == "reduce_scatter" ? 1 : coll == "all_gather" ? 2 : 3;
     auto once = [&] {  // no string compares inside the timing
-      if (which == 0) MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      if (which == 0)
+        MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       else if (which == 1)
         MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       else if (which == 2)
-        MPI_Allgather(send.data(), static_cast<int>(per), MPI_FLOAT, recv.data(), static_cast<int>(per), MPI_FLOAT, MPI_COMM_WORLD);
+        MPI_Allgather(send.data(), static_cast<int>(per), MPI_FLOAT, recv.data(), static_cast<int>(per), MPI_FLOAT,
+                      MPI_COMM_WORLD);
       else MPI_Bcast(recv.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
     };
     for (int k = 0; k < warmup; ++k) once();

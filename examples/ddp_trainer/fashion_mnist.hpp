@@ -52,7 +52,8 @@ inline uint32_t be32(const std::vector<uint8_t>& b, size_t at) {
 // An IDX file of unsigned bytes with `dims` dimensions: its sizes and where the data starts.
 inline std::vector<int64_t> idx_header(const std::vector<uint8_t>& b, const std::string& path, int dims) {
   const size_t header = 4 + 4 * static_cast<size_t>(dims);
-  if (b.size() < header) throw std::runtime_error(path + ": truncated (" + std::to_string(b.size()) + " bytes, no IDX header)");
+  if (b.size() < header)
+    throw std::runtime_error(path + ": truncated (" + std::to_string(b.size()) + " bytes, no IDX header)");
   const uint32_t magic = be32(b, 0);
   const uint32_t want = 0x00000800u | static_cast<uint32_t>(dims);  // unsigned byte data, `dims` dimensions
   if (magic != want)
@@ -82,7 +83,8 @@ inline Split load_fashion_mnist(const std::string& dir, const std::string& split
   const auto isz = detail::idx_header(ib, ipath, 3);
   const auto lsz = detail::idx_header(lb, lpath, 1);
   if (isz[1] != 28 || isz[2] != 28)
-    throw std::runtime_error(ipath + ": images of " + std::to_string(isz[1]) + "x" + std::to_string(isz[2]) + ", not 28x28");
+    throw std::runtime_error(ipath + ": images of " + std::to_string(isz[1]) + "x" + std::to_string(isz[2]) +
+                             ", not 28x28");
   if (isz[0] != lsz[0])
     throw std::runtime_error(ipath + " has " + std::to_string(isz[0]) + " images but " + lpath + " " +
                              std::to_string(lsz[0]) + " labels");

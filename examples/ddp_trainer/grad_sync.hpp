@@ -61,8 +61,9 @@ class GradSync {
   // Every rank starts from rank 0's parameters.
   void broadcast_parameters() {
     torch::NoGradGuard no_grad;
-    for (auto& p : params_) check(comm_.broadcast(p.data_ptr(), p.data_ptr(), static_cast<size_t>(p.numel()),
-                                                  dcomm::DataType::kFloat32, 0), "broadcasting the parameters");
+    for (auto& p : params_)
+      check(comm_.broadcast(p.data_ptr(), p.data_ptr(), static_cast<size_t>(p.numel()), dcomm::DataType::kFloat32, 0),
+            "broadcasting the parameters");
   }
 
   // Before each micro-batch's backward: sync = this one's gradients are averaged (the last of

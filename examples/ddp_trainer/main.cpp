@@ -48,11 +48,11 @@ struct Options {
   bool amp = false;
   bool overlap = true;
   bool resume = false;
-  int stop_after = 0;      // stop after this epoch (as if interrupted); 0: run every epoch
-  int64_t steps = 0;       // at most this many optimizer steps per epoch; 0: the whole shard
-  int64_t train_limit = 0; // use the first N training samples; 0: all
+  int stop_after = 0;       // stop after this epoch (as if interrupted); 0: run every epoch
+  int64_t steps = 0;        // at most this many optimizer steps per epoch; 0: the whole shard
+  int64_t train_limit = 0;  // use the first N training samples; 0: all
   int local_ranks = 0;
-  int threads = 1;         // torch threads per rank
+  int threads = 1;  // torch threads per rank
   uint64_t seed = 1;
   std::string dump_params;  // rank 0 writes the final parameters here (raw float32)
   bool quiet = false;
@@ -82,8 +82,8 @@ Options parse(int argc, char** argv) {
       const std::string v = value();
       char* end = nullptr;
       const double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end || !(x >= lo && x <= hi)) usage(f + " takes a number in [" + std::to_string(lo) + ", " +
-                                                         std::to_string(hi) + "], not '" + v + "'");
+      if (v.empty() || *end || !(x >= lo && x <= hi))
+        usage(f + " takes a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], not '" + v + "'");
       return x;
     };
     if (f == "--data") o.data = value();
@@ -176,7 +176,8 @@ struct LossScale {
 // checkpoint; every rank reads it on --resume (a path all of them see).
 std::string checkpoint_path(const Options& o) { return o.out + "/checkpoint.pt"; }
 
-void save_checkpoint(const Options& o, torch::nn::Module& model, torch::optim::SGD& opt, int epoch, const LossScale& ls) {
+void save_checkpoint(const Options& o, torch::nn::Module& model, torch::optim::SGD& opt, int epoch,
+                     const LossScale& ls) {
   torch::serialize::OutputArchive ar;
   model.save(ar);
   torch::serialize::OutputArchive os;
@@ -221,8 +222,8 @@ double evaluate(dcomm::Communicator& comm, torch::nn::AnyModule& model, const tr
   std::vector<int64_t> mine;
   for (int64_t i = comm.rank(); i < n; i += comm.size()) mine.push_back(i);  // every test image once
   for (size_t at = 0; at < mine.size(); at += 1000) {
-    const auto idx = torch::tensor(std::vector<int64_t>(mine.begin() + static_cast<long>(at),
-                                                        mine.begin() + static_cast<long>(std::min(mine.size(), at + 1000))));
+    const auto idx = torch::tensor(std::vector<int64_t>(
+        mine.begin() + static_cast<long>(at), mine.begin() + static_cast<long>(std::min(mine.size(), at + 1000))));
     auto logits = model.forward(test.images.index_select(0, idx));
     correct += logits.argmax(1).eq(test.labels.index_select(0, idx)).sum().item<double>();
     count += static_cast<double>(idx.size(0));
@@ -231,7 +232,8 @@ double evaluate(dcomm::Communicator& comm, torch::nn::AnyModule& model, const tr
   return s[0] / s[1];
 }
 
-int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split& train_all, const trainer::Split& test) {
+int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split& train_all,
+               const trainer::Split& test) {
   const int rank = comm.rank(), size = comm.size();
   const bool lead = rank == 0;
   std::shared_ptr<torch::nn::Module> net;
@@ -254,7 +256,9 @@ int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split
   }
   std::vector<torch::Tensor> params = net->parameters();
   torch::optim::SGD opt(params, torch::optim::SGDOptions(o.lr).momentum(o.momentum));
-  const torch::Dtype wire = o.grad_dtype == "bf16" ? torch::kBFloat16 : o.grad_dtype == "fp16" ? torch::kFloat16 : torch::kFloat32;
+  const torch::Dtype wire = o.grad_dtype == "bf16"   ? torch::kBFloat16
+                            : o.grad_dtype == "fp16" ? torch::kFloat16
+                                                     : torch::kFloat32;
   trainer::GradSync sync(comm, params, static_cast<size_t>(o.bucket_mb * (1 << 20)), wire, o.overlap);
   LossScale ls;
   ls.on = wire == torch::kFloat16;
@@ -262,17 +266,19 @@ int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split
   if (o.resume) first_epoch = load_checkpoint(o, *net, opt, ls) + 1;
   sync.broadcast_parameters();
 
-  const int64_t n = o.train_limit > 0 ? std::min<int64_t>(o.train_limit, train_all.images.size(0)) : train_all.images.size(0);
+  const int64_t n =
+      o.train_limit > 0 ? std::min<int64_t>(o.train_limit, train_all.images.size(0)) : train_all.images.size(0);
   trainer::DistributedSampler sampler(n, rank, size, o.seed);
   const int64_t micro = o.batch, per_step = micro * o.accum;
   int64_t steps = sampler.per_rank() / per_step;  // the last partial batch is dropped, alike on every rank
   if (o.steps > 0) steps = std::min(steps, o.steps);
   if (lead && !o.quiet)
-    std::printf("# ddp_trainer: %s, %d ranks, batch %d per rank x %d accumulated (global %lld), %lld steps per epoch, "
-                "gradients as %s in %zu buckets, overlap %s%s, torch threads %d\n",
-                o.model.c_str(), size, o.batch, o.accum, static_cast<long long>(per_step * size),
-                static_cast<long long>(steps), o.grad_dtype.c_str(), sync.buckets(), o.overlap ? "on" : "off",
-                o.amp ? ", bf16 autocast forward" : "", o.threads);
+    std::printf(
+        "# ddp_trainer: %s, %d ranks, batch %d per rank x %d accumulated (global %lld), %lld steps per epoch, "
+        "gradients as %s in %zu buckets, overlap %s%s, torch threads %d\n",
+        o.model.c_str(), size, o.batch, o.accum, static_cast<long long>(per_step * size), static_cast<long long>(steps),
+        o.grad_dtype.c_str(), sync.buckets(), o.overlap ? "on" : "off", o.amp ? ", bf16 autocast forward" : "",
+        o.threads);
   std::FILE* csv = nullptr;
   if (lead) {
     mkdir(o.out.c_str(), 0755);
@@ -311,22 +317,25 @@ int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split
       opt.zero_grad();
       step_time += seconds_since(t_step);
       if (lead && !o.quiet && (tty ? s % 10 == 9 || s + 1 == steps : (s + 1) % std::max<int64_t>(1, steps / 4) == 0))
-        std::printf(tty ? "\r  epoch %d  step %lld/%lld  loss %.4f   " : "  epoch %d  step %lld/%lld  loss %.4f\n", epoch,
-                    static_cast<long long>(s + 1), static_cast<long long>(steps), loss_sum / static_cast<double>(s + 1));
+        std::printf(tty ? "\r  epoch %d  step %lld/%lld  loss %.4f   " : "  epoch %d  step %lld/%lld  loss %.4f\n",
+                    epoch, static_cast<long long>(s + 1), static_cast<long long>(steps),
+                    loss_sum / static_cast<double>(s + 1));
       std::fflush(stdout);
     }
     const double took = seconds_since(t_epoch);
     if (lead && !o.quiet && tty) std::printf("\n");
     const double acc = evaluate(comm, model, test);
-    auto figs = sum_over_ranks(comm, {loss_sum / std::max<double>(1, static_cast<double>(steps)), exposed, step_time, took});
+    auto figs =
+        sum_over_ranks(comm, {loss_sum / std::max<double>(1, static_cast<double>(steps)), exposed, step_time, took});
     const double samples_per_s = static_cast<double>(steps * per_step * size) / (figs[3] / size);
     const double share = figs[2] > 0 ? figs[1] / figs[2] : 0;
     const double step_ms = 1e3 * figs[2] / size / std::max<double>(1, static_cast<double>(steps));
     if (lead) {
       if (!o.quiet)
-        std::printf("epoch %d  loss %.4f  test accuracy %.2f%%  %.0f samples/s  exposed communication %.1f%% of step time  "
-                    "(%.2f ms per step)\n",
-                    epoch, figs[0] / size, 100 * acc, samples_per_s, 100 * share, step_ms);
+        std::printf(
+            "epoch %d  loss %.4f  test accuracy %.2f%%  %.0f samples/s  exposed communication %.1f%% of step time  "
+            "(%.2f ms per step)\n",
+            epoch, figs[0] / size, 100 * acc, samples_per_s, 100 * share, step_ms);
       std::fprintf(csv, "%d,%.6f,%.6f,%.1f,%.5f,%.4f\n", epoch, figs[0] / size, acc, samples_per_s, share, step_ms);
       std::fflush(csv);
       save_checkpoint(o, *net, opt, epoch, ls);
@@ -361,7 +370,8 @@ int run(const Options& o, dcomm::Communicator& comm, const trainer::Split& train
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   // Started plainly (no launcher's variables): one rank.
-  if (o.local_ranks == 0 && !std::getenv("RANK") && !std::getenv("OMPI_COMM_WORLD_RANK") && !std::getenv("SLURM_PROCID"))
+  if (o.local_ranks == 0 && !std::getenv("RANK") && !std::getenv("OMPI_COMM_WORLD_RANK") &&
+      !std::getenv("SLURM_PROCID"))
     o.local_ranks = 1;
   trainer::Split train, test;
   try {
@@ -376,7 +386,8 @@ int main(int argc, char** argv) {
     if (!comms.ok()) return std::fprintf(stderr, "ddp_trainer: %s\n", comms.status().message().c_str()), 1;
     std::vector<int> codes(comms->size());
     std::vector<std::thread> ranks;
-    for (size_t r = 0; r < comms->size(); ++r) ranks.emplace_back([&, r] { codes[r] = run(o, *(*comms)[r], train, test); });
+    for (size_t r = 0; r < comms->size(); ++r)
+      ranks.emplace_back([&, r] { codes[r] = run(o, *(*comms)[r], train, test); });
     for (auto& t : ranks) t.join();
     for (int c : codes)
       if (c) return c;

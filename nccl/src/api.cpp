@@ -39,9 +39,10 @@ constexpr char kIdMagic[4] = {'d', 'c', 'n', '1'};
 // ---- the ABI's values in dcomm's terms ----------------------------------------------------
 
 std::optional<DataType> to_dcomm(ncclDataType_t t) {
-  static constexpr DataType kTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,      DataType::kUint32,
-                                        DataType::kInt64,   DataType::kUint64,   DataType::kFloat16,    DataType::kFloat32,
-                                        DataType::kFloat64, DataType::kBfloat16, DataType::kFloat8E4M3, DataType::kFloat8E5M2};
+  static constexpr DataType kTypes[] = {DataType::kInt8,     DataType::kUint8,      DataType::kInt32,
+                                        DataType::kUint32,   DataType::kInt64,      DataType::kUint64,
+                                        DataType::kFloat16,  DataType::kFloat32,    DataType::kFloat64,
+                                        DataType::kBfloat16, DataType::kFloat8E4M3, DataType::kFloat8E5M2};
   if (static_cast<int>(t) < 0 || static_cast<int>(t) >= ncclNumTypes) return std::nullopt;
   return kTypes[t];
 }
@@ -119,7 +120,7 @@ struct PreMulSum {
   bool live = false;
   DataType type = DataType::kFloat32;
   bool on_device = false;
-  const void* device_factor = nullptr;  // ncclScalarDevice: read when the call runs
+  const void* device_factor = nullptr;     // ncclScalarDevice: read when the call runs
   alignas(8) unsigned char value[8] = {};  // ncclScalarHostImmediate: read at creation
 };
 
@@ -231,7 +232,9 @@ struct InCall {
 // this rank's own block copied directly.
 void expand_p2p(const Call& k, int rank, int size, std::vector<P2POp>& out) {
   const size_t block = k.count * k.elem();
-  auto at = [&](const void* p, int r) { return static_cast<char*>(const_cast<void*>(p)) + static_cast<size_t>(r) * block; };
+  auto at = [&](const void* p, int r) {
+    return static_cast<char*>(const_cast<void*>(p)) + static_cast<size_t>(r) * block;
+  };
   switch (k.kind) {
     case Call::kSend: out.push_back(P2POp::send(k.send, k.count, k.type, k.root)); break;
     case Call::kRecv: out.push_back(P2POp::recv(k.recv, k.count, k.type, k.root)); break;
@@ -274,8 +277,8 @@ Status run_host_collective(ncclComm* c, const Call& k) {
     unsigned char factor[8] = {};
     if (k.premul->on_device) {
       if (cudaMemcpy(factor, k.premul->device_factor, k.elem(), cudaMemcpyDeviceToHost) != cudaSuccess)
-        return make_error(ErrorCode::kSystemError, k.name, ": reading PreMulSum's device scalar: ",
-                          cudaGetErrorString(cudaGetLastError()));
+        return make_error(ErrorCode::kSystemError, k.name,
+                          ": reading PreMulSum's device scalar: ", cudaGetErrorString(cudaGetLastError()));
     } else {
       std::memcpy(factor, k.premul->value, k.elem());
     }
@@ -472,11 +475,12 @@ ncclResult_t read_config(const ncclConfig_t* config, Options* out) {
   // Callers built against older headers pass a smaller struct: read only what they passed.
   size_t size = config->size;
   if (size < offsetof(ncclConfig_t, blocking) + sizeof(int) || config->magic != 0xcafebeef)
-    return fail(ncclInvalidArgument, "ncclConfig_t was not set up with NCCL_CONFIG_INITIALIZER (size ", size, ", magic ",
-                config->magic, ")");
+    return fail(ncclInvalidArgument, "ncclConfig_t was not set up with NCCL_CONFIG_INITIALIZER (size ", size,
+                ", magic ", config->magic, ")");
   std::memcpy(&c, config, std::min(size, sizeof c));
   if (c.blocking != NCCL_CONFIG_UNDEF_INT) {
-    if (c.blocking != 0 && c.blocking != 1) return fail(ncclInvalidArgument, "ncclConfig_t.blocking is ", c.blocking, ", not 0 or 1");
+    if (c.blocking != 0 && c.blocking != 1)
+      return fail(ncclInvalidArgument, "ncclConfig_t.blocking is ", c.blocking, ", not 0 or 1");
     out->blocking = c.blocking == 1;
   }
   if (size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && c.commName) out->name = c.commName;
@@ -502,9 +506,10 @@ void finish_creation(ncclComm* c, Result<std::unique_ptr<Communicator>> host) {
     if (d.ok()) c->device = *d;
     else s = d.status();
   }
-  if (s.ok() && c->host) DCOMM_LOG(kInfo, kSubsysInit, c->host->rank(), "NCCL API: comm ", static_cast<void*>(c), " rank ",
-                                   c->host->rank(), " of ", c->host->size(), c->device ? " on CUDA device " : " on host memory",
-                                   c->device ? std::to_string(c->cuda_device) : std::string());
+  if (s.ok() && c->host)
+    DCOMM_LOG(kInfo, kSubsysInit, c->host->rank(), "NCCL API: comm ", static_cast<void*>(c), " rank ", c->host->rank(),
+              " of ", c->host->size(), c->device ? " on CUDA device " : " on host memory",
+              c->device ? std::to_string(c->cuda_device) : std::string());
   c->state_error = s.message();
   c->state.store(s.ok() ? ncclSuccess : to_nccl(s));
 }
@@ -564,12 +569,14 @@ ncclResult_t init_rank(ncclComm_t* comm, int nranks, const ncclUniqueId& commId,
   if (!comm) return fail(ncclInvalidArgument, what, ": comm is NULL");
   *comm = nullptr;
   if (nranks < 1) return fail(ncclInvalidArgument, what, ": nranks ", nranks, " is not positive");
-  if (rank < 0 || rank >= nranks) return fail(ncclInvalidArgument, what, ": rank ", rank, " is out of range for ", nranks, " ranks");
+  if (rank < 0 || rank >= nranks)
+    return fail(ncclInvalidArgument, what, ": rank ", rank, " is out of range for ", nranks, " ranks");
   Options opt;
   if (ncclResult_t r = read_config(config, &opt); r != ncclSuccess) return r;
   auto id = unpack_id(commId);
   if (!id.ok()) return fail(id.status());
-  return start_creation(comm, opt, current_device(), [rank, nranks, id = *id] { return Communicator::init(rank, nranks, id); });
+  return start_creation(comm, opt, current_device(),
+                        [rank, nranks, id = *id] { return Communicator::init(rank, nranks, id); });
 }
 
 // The live PreMulSum op `op` of this communicator, or null (caller holds c->mu).
@@ -587,41 +594,57 @@ ncclResult_t resolve_op(ncclComm* c, ncclRedOp_t op, DataType type, Call* k) {
   std::lock_guard<std::mutex> lock(c->mu);
   const PreMulSum* p = live_premul(c, op);
   if (!p)
-    return fail(ncclInvalidArgument, k->name, ": reduction op ", static_cast<int>(op), " is not built in or a live PreMulSum of this comm");
+    return fail(ncclInvalidArgument, k->name, ": reduction op ", static_cast<int>(op),
+                " is not built in or a live PreMulSum of this comm");
   if (p->type != type)
-    return fail(ncclInvalidArgument, k->name, ": PreMulSum op ", static_cast<int>(op), " was made for ", to_string(p->type),
-                ", not ", to_string(type));
+    return fail(ncclInvalidArgument, k->name, ": PreMulSum op ", static_cast<int>(op), " was made for ",
+                to_string(p->type), ", not ", to_string(type));
   k->op = ReduceOp::kSum;
   k->premul = *p;
   return ncclSuccess;
 }
 
 // Checks a call's arguments and runs or keeps it.
-ncclResult_t call(Call::Kind kind, const char* name, const void* send, void* recv, size_t count, ncclDataType_t datatype,
-                  std::optional<ncclRedOp_t> op, int root, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t call(Call::Kind kind, const char* name, const void* send, void* recv, size_t count,
+                  ncclDataType_t datatype, std::optional<ncclRedOp_t> op, int root, ncclComm_t comm,
+                  cudaStream_t stream) {
   if (ncclResult_t r = usable(comm, name); r != ncclSuccess) return r;
   auto type = to_dcomm(datatype);
-  if (!type) return fail(ncclInvalidArgument, name, ": data type ", static_cast<int>(datatype), " is not an ncclDataType_t");
-  Call k{.kind = kind, .name = name, .send = send, .recv = recv, .count = count, .type = *type, .root = root, .stream = stream};
+  if (!type)
+    return fail(ncclInvalidArgument, name, ": data type ", static_cast<int>(datatype), " is not an ncclDataType_t");
+  Call k{.kind = kind,
+         .name = name,
+         .send = send,
+         .recv = recv,
+         .count = count,
+         .type = *type,
+         .root = root,
+         .stream = stream};
   if (op)
     if (ncclResult_t r = resolve_op(comm, *op, *type, &k); r != ncclSuccess) return r;
   const int n = comm->size(), me = comm->rank();
   const bool p2p = kind == Call::kSend || kind == Call::kRecv;
-  const bool rooted = kind == Call::kBroadcast || kind == Call::kReduce || kind == Call::kGather || kind == Call::kScatter;
+  const bool rooted =
+      kind == Call::kBroadcast || kind == Call::kReduce || kind == Call::kGather || kind == Call::kScatter;
   if ((p2p || rooted) && (root < 0 || root >= n))
-    return fail(ncclInvalidArgument, name, ": ", p2p ? "peer " : "root ", root, " is out of range for ", n, " ranks (rank ", me, ")");
+    return fail(ncclInvalidArgument, name, ": ", p2p ? "peer " : "root ", root, " is out of range for ", n,
+                " ranks (rank ", me, ")");
   if (count > 0) {
-    const bool needs_send = kind != Call::kRecv && (kind != Call::kBroadcast || me == root) && (kind != Call::kScatter || me == root);
+    const bool needs_send =
+        kind != Call::kRecv && (kind != Call::kBroadcast || me == root) && (kind != Call::kScatter || me == root);
     const bool needs_recv = kind != Call::kSend && ((kind != Call::kReduce && kind != Call::kGather) || me == root);
-    if (needs_send && !send) return fail(ncclInvalidArgument, name, ": sendbuff is NULL on rank ", me, " (count ", count, ")");
-    if (needs_recv && !recv) return fail(ncclInvalidArgument, name, ": recvbuff is NULL on rank ", me, " (count ", count, ")");
+    if (needs_send && !send)
+      return fail(ncclInvalidArgument, name, ": sendbuff is NULL on rank ", me, " (count ", count, ")");
+    if (needs_recv && !recv)
+      return fail(ncclInvalidArgument, name, ": recvbuff is NULL on rank ", me, " (count ", count, ")");
     const bool d_send = needs_send && on_device(send), d_recv = needs_recv && on_device(recv);
     if (needs_send && needs_recv && d_send != d_recv)
       return fail(ncclInvalidArgument, name, ": sendbuff is ", d_send ? "device" : "host", " memory but recvbuff is ",
                   d_recv ? "device" : "host", " memory on rank ", me, "; both must be one kind");
     k.device = d_send || d_recv;
     if (k.device && !comm->device)
-      return fail(ncclInvalidUsage, name, ": device memory on rank ", me, " but this comm has no CUDA device (created with none current)");
+      return fail(ncclInvalidUsage, name, ": device memory on rank ", me,
+                  " but this comm has no CUDA device (created with none current)");
   }
   return submit(comm, std::move(k));
 }
@@ -655,7 +678,8 @@ DCOMM_NCCL_API ncclResult_t pncclGetUniqueId(ncclUniqueId* out) {
   }();
   if (!id.ok()) return fail(id.status().with_context("ncclGetUniqueId"));
   if (id->address.host.size() >= kIdHostBytes)
-    return fail(ncclInternalError, "ncclGetUniqueId: the host name '", id->address.host, "' does not fit an ncclUniqueId");
+    return fail(ncclInternalError, "ncclGetUniqueId: the host name '", id->address.host,
+                "' does not fit an ncclUniqueId");
   pack_id(*id, out);
   return ncclSuccess;
 }
@@ -695,11 +719,13 @@ DCOMM_NCCL_API ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const 
   });
   for (int i = 0; i < ndev; ++i) comms[i] = made[static_cast<size_t>(i)];
   for (ncclComm* c : made)
-    if (c->state.load() != ncclSuccess) return fail(static_cast<ncclResult_t>(c->state.load()), "ncclCommInitAll: ", c->state_error);
+    if (c->state.load() != ncclSuccess)
+      return fail(static_cast<ncclResult_t>(c->state.load()), "ncclCommInitAll: ", c->state_error);
   return ncclSuccess;
 }
 
-DCOMM_NCCL_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+DCOMM_NCCL_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                           ncclConfig_t* config) {
   if (ncclResult_t r = usable(comm, "ncclCommSplit"); r != ncclSuccess) return r;
   if (!newcomm) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
@@ -912,9 +938,12 @@ DCOMM_NCCL_API ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* sca
   if (ncclResult_t r = usable(comm, "ncclRedOpCreatePreMulSum"); r != ncclSuccess) return r;
   auto type = to_dcomm(datatype);
   if (!op || !scalar) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op or scalar is NULL");
-  if (!type) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: data type ", static_cast<int>(datatype), " is not an ncclDataType_t");
+  if (!type)
+    return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: data type ", static_cast<int>(datatype),
+                " is not an ncclDataType_t");
   if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
-    return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: residence ", static_cast<int>(residence), " is not an ncclScalarResidence_t");
+    return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: residence ", static_cast<int>(residence),
+                " is not an ncclScalarResidence_t");
   PreMulSum p;
   p.live = true;
   p.type = *type;
@@ -935,7 +964,8 @@ DCOMM_NCCL_API ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(comm->mu);
   PreMulSum* p = live_premul(comm, op);
   if (!p)
-    return fail(ncclInvalidArgument, "ncclRedOpDestroy: op ", static_cast<int>(op), " is not a live PreMulSum of this comm");
+    return fail(ncclInvalidArgument, "ncclRedOpDestroy: op ", static_cast<int>(op),
+                " is not a live PreMulSum of this comm");
   p->live = false;
   return ncclSuccess;
 }
@@ -956,9 +986,10 @@ DCOMM_NCCL_API ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, si
                                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   return call(Call::kReduce, "ncclReduce", sendbuff, recvbuff, count, datatype, op, root, comm, stream);
 }
-DCOMM_NCCL_API ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                                           ncclComm_t comm, cudaStream_t stream) {
-  return call(Call::kAllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, std::nullopt, 0, comm, stream);
+DCOMM_NCCL_API ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return call(Call::kAllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, std::nullopt, 0, comm,
+              stream);
 }
 DCOMM_NCCL_API ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
@@ -1009,9 +1040,15 @@ DCOMM_NCCL_API ncclResult_t pncclDevCommCreate(ncclComm_t, const void*, void*) {
 DCOMM_NCCL_API ncclResult_t pncclDevCommDestroy(ncclComm_t, const void*) {
   return fail(ncclInvalidUsage, "ncclDevCommDestroy: dcomm has no NCCL device API");
 }
-DCOMM_NCCL_API ncclResult_t pncclLsaBarrierCreateRequirement(...) { return fail(ncclInvalidUsage, "ncclLsaBarrierCreateRequirement: dcomm has no NCCL device API"); }
-DCOMM_NCCL_API ncclResult_t pncclGinBarrierCreateRequirement(...) { return fail(ncclInvalidUsage, "ncclGinBarrierCreateRequirement: dcomm has no NCCL device API"); }
-DCOMM_NCCL_API ncclResult_t pncclLLA2ACreateRequirement(...) { return fail(ncclInvalidUsage, "ncclLLA2ACreateRequirement: dcomm has no NCCL device API"); }
+DCOMM_NCCL_API ncclResult_t pncclLsaBarrierCreateRequirement(...) {
+  return fail(ncclInvalidUsage, "ncclLsaBarrierCreateRequirement: dcomm has no NCCL device API");
+}
+DCOMM_NCCL_API ncclResult_t pncclGinBarrierCreateRequirement(...) {
+  return fail(ncclInvalidUsage, "ncclGinBarrierCreateRequirement: dcomm has no NCCL device API");
+}
+DCOMM_NCCL_API ncclResult_t pncclLLA2ACreateRequirement(...) {
+  return fail(ncclInvalidUsage, "ncclLLA2ACreateRequirement: dcomm has no NCCL device API");
+}
 DCOMM_NCCL_API int pncclLLA2ACalcSlots(...) { return 0; }
 namespace {
 struct Team {

@@ -50,15 +50,19 @@ inline std::string algo(const std::string& v) {
     std::string entry = v.substr(start, end - start);
     start = end + 1;
     std::string coll;
-    if (size_t colon = entry.find(':'); colon != std::string::npos) coll = entry.substr(0, colon), entry = entry.substr(colon + 1);
+    if (size_t colon = entry.find(':'); colon != std::string::npos)
+      coll = entry.substr(0, colon), entry = entry.substr(colon + 1);
     for (char& c : coll) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     for (char& c : entry) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     entry = entry.substr(0, entry.find(','));  // NCCL allows a list; dcomm forces one
     static const struct {
       const char* nccl;
       const char* dcomm;
-    } kColls[] = {{"allreduce", "all_reduce"}, {"reducescatter", "reduce_scatter"}, {"allgather", "all_gather"},
-                  {"broadcast", "broadcast"},  {"reduce", "reduce"}};
+    } kColls[] = {{"allreduce", "all_reduce"},
+                  {"reducescatter", "reduce_scatter"},
+                  {"allgather", "all_gather"},
+                  {"broadcast", "broadcast"},
+                  {"reduce", "reduce"}};
     std::string dcoll;
     for (const auto& c : kColls)
       if (coll == c.nccl) dcoll = c.dcomm;

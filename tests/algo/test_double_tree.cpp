@@ -30,7 +30,8 @@ TEST_CASE("double tree: trees running ahead of each other through FIFOs of 3 and
       std::atomic<size_t> wrong{0};
       on_ranks(*comms, [&](Communicator& c) {
         std::vector<int32_t> in(count), out(count, -1);
-        for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>((c.rank() + 1) * 7 + static_cast<int>(i % 1000));
+        for (size_t i = 0; i < count; ++i)
+          in[i] = static_cast<int32_t>((c.rank() + 1) * 7 + static_cast<int>(i % 1000));
         Status s = c.all_reduce(in.data(), out.data(), count, DataType::kInt32, ReduceOp::kSum);
         CHECK_MESSAGE(s.ok(), s.message());
         const int n = c.size();

@@ -46,7 +46,8 @@ TEST_CASE("binary tree: a tree over contiguous ranges, log depth, complementary 
           hi[static_cast<size_t>(at)] = std::max(hi[static_cast<size_t>(at)], x);
           ++size[static_cast<size_t>(at)];
         }
-      for (int x = 0; x < n; ++x) CHECK(hi[static_cast<size_t>(x)] - lo[static_cast<size_t>(x)] + 1 == size[static_cast<size_t>(x)]);
+      for (int x = 0; x < n; ++x)
+        CHECK(hi[static_cast<size_t>(x)] - lo[static_cast<size_t>(x)] + 1 == size[static_cast<size_t>(x)]);
     }
     if (n % 2 == 0 && n > 2) {
       for (int x = 0; x < n; ++x) {

@@ -15,7 +15,8 @@
 using namespace dcomm;
 
 int main(int argc, char** argv) {
-  if (argc != 6) return std::fprintf(stderr, "usage: %s FD_LIMIT HANDSHAKE_MS STALL_MS MAX_VALUE SECRET|-\n", argv[0]), 2;
+  if (argc != 6)
+    return std::fprintf(stderr, "usage: %s FD_LIMIT HANDSHAKE_MS STALL_MS MAX_VALUE SECRET|-\n", argv[0]), 2;
   rlimit rl{static_cast<rlim_t>(std::atol(argv[1])), static_cast<rlim_t>(std::atol(argv[1]))};
   if (rl.rlim_cur > 0 && setrlimit(RLIMIT_NOFILE, &rl) != 0) return std::perror("setrlimit"), 2;
   StoreLimits limits;
@@ -33,11 +34,12 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     const auto c = (*server)->counters();
     char line[512];
-    std::snprintf(line, sizeof line, "counters accepted=%llu refused_auth=%llu refused_busy=%llu dropped_stalled=%llu dropped_bad=%llu "
-                "clients=%llu held=%llu\n",
-                (unsigned long long)c.accepted, (unsigned long long)c.refused_auth, (unsigned long long)c.refused_busy,
-                (unsigned long long)c.dropped_stalled, (unsigned long long)c.dropped_bad, (unsigned long long)c.clients,
-                (unsigned long long)c.bytes_held);
+    std::snprintf(line, sizeof line,
+                  "counters accepted=%llu refused_auth=%llu refused_busy=%llu dropped_stalled=%llu dropped_bad=%llu "
+                  "clients=%llu held=%llu\n",
+                  (unsigned long long)c.accepted, (unsigned long long)c.refused_auth,
+                  (unsigned long long)c.refused_busy, (unsigned long long)c.dropped_stalled,
+                  (unsigned long long)c.dropped_bad, (unsigned long long)c.clients, (unsigned long long)c.bytes_held);
     if (printed == line) continue;  // only changes (the test reads them; the pipe must not fill)
     printed = line;
     std::fputs(line, stdout);

@@ -14,14 +14,33 @@ using namespace dcomm;
 namespace {
 // Sets the given variables for one test and clears every launcher variable before and after.
 struct EnvScope {
-  static constexpr const char* kAll[] = {"DCOMM_RANK", "DCOMM_WORLD_SIZE", "DCOMM_LOCAL_RANK", "DCOMM_UNIQUE_ID",
-                                         "DCOMM_COMM_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                         "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "OMPI_COMM_WORLD_RANK",
-                                         "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                                         "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_orte_hnp_uri", "PMIX_NAMESPACE",
-                                         "OMPI_MCA_ess_base_jobid", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                                         "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID", "SLURM_STEP_ID",
-                                         "DCOMM_SECRET", "DCOMM_SECRET_FILE"};
+  static constexpr const char* kAll[] = {"DCOMM_RANK",
+                                         "DCOMM_WORLD_SIZE",
+                                         "DCOMM_LOCAL_RANK",
+                                         "DCOMM_UNIQUE_ID",
+                                         "DCOMM_COMM_ID",
+                                         "RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "TORCHELASTIC_USE_AGENT_STORE",
+                                         "OMPI_COMM_WORLD_RANK",
+                                         "OMPI_COMM_WORLD_SIZE",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                         "OMPI_MCA_orte_hnp_uri",
+                                         "PMIX_NAMESPACE",
+                                         "OMPI_MCA_ess_base_jobid",
+                                         "SLURM_PROCID",
+                                         "SLURM_NTASKS",
+                                         "SLURM_LOCALID",
+                                         "SLURM_NNODES",
+                                         "SLURM_JOB_NUM_NODES",
+                                         "SLURM_JOB_ID",
+                                         "SLURM_STEP_ID",
+                                         "DCOMM_SECRET",
+                                         "DCOMM_SECRET_FILE"};
   EnvScope(std::initializer_list<std::pair<const char*, std::string>> vars) {
     clear();
     for (auto& [k, v] : vars) setenv(k, v.c_str(), 1);
@@ -34,7 +53,8 @@ struct EnvScope {
 }  // namespace
 
 TEST_CASE("launcher: torchrun") {
-  EnvScope env{{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29500"}};
+  EnvScope env{
+      {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29500"}};
   auto li = detect_launch();
   REQUIRE(li.ok());
   CHECK(li->launcher == "torchrun");
@@ -47,7 +67,10 @@ TEST_CASE("launcher: torchrun") {
 }
 
 TEST_CASE("launcher: torchrun's agent store keeps MASTER_PORT, so dcomm takes the next port") {
-  EnvScope env{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"},
+  EnvScope env{{"RANK", "0"},
+               {"WORLD_SIZE", "2"},
+               {"MASTER_ADDR", "h"},
+               {"MASTER_PORT", "29500"},
                {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
   auto li = detect_launch();
   REQUIRE(li.ok());
@@ -57,8 +80,11 @@ TEST_CASE("launcher: torchrun's agent store keeps MASTER_PORT, so dcomm takes th
 }
 
 TEST_CASE("launcher: mpirun on one host derives the same address on every rank") {
-  EnvScope env{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"OMPI_MCA_orte_hnp_uri", "123.0;tcp://1.2.3.4:5"}};
+  EnvScope env{{"OMPI_COMM_WORLD_RANK", "1"},
+               {"OMPI_COMM_WORLD_SIZE", "2"},
+               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+               {"OMPI_MCA_orte_hnp_uri", "123.0;tcp://1.2.3.4:5"}};
   auto a = detect_launch();
   REQUIRE(a.ok());
   CHECK(a->launcher == "mpirun");
@@ -96,7 +122,8 @@ TEST_CASE("launcher: srun") {
 
 TEST_CASE("launcher: a unique id in the environment gives the rendezvous") {
   const std::string secret(64, 'a');
-  EnvScope env{{"DCOMM_RANK", "0"}, {"DCOMM_WORLD_SIZE", "2"},
+  EnvScope env{{"DCOMM_RANK", "0"},
+               {"DCOMM_WORLD_SIZE", "2"},
                {"DCOMM_UNIQUE_ID", "dcomm2:00000000000000ff:" + secret + "@127.0.0.1:4242"}};
   auto li = detect_launch();
   REQUIRE(li.ok());
@@ -116,7 +143,10 @@ TEST_CASE("launcher: the job secret of a launcher start comes from DCOMM_SECRET 
     CHECK_FALSE(li->access.secret.set);
   }
   {
-    EnvScope env{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4000"},
+    EnvScope env{{"RANK", "1"},
+                 {"WORLD_SIZE", "2"},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", "4000"},
                  {"DCOMM_SECRET", "correct horse battery staple"}};
     auto li = detect_launch();
     REQUIRE(li.ok());
@@ -126,7 +156,10 @@ TEST_CASE("launcher: the job secret of a launcher start comes from DCOMM_SECRET 
   {
     const std::string file = "/tmp/dcomm-test-secret-" + std::to_string(getpid());
     { std::ofstream(file) << "from a file\n"; }
-    EnvScope env{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4000"},
+    EnvScope env{{"RANK", "1"},
+                 {"WORLD_SIZE", "2"},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", "4000"},
                  {"DCOMM_SECRET_FILE", file}};
     auto li = detect_launch();
     std::remove(file.c_str());
@@ -134,7 +167,10 @@ TEST_CASE("launcher: the job secret of a launcher start comes from DCOMM_SECRET 
     CHECK(li->access.secret.key == JobSecret::from_text("from a file", "x")->key);
   }
   {
-    EnvScope env{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "4000"},
+    EnvScope env{{"RANK", "1"},
+                 {"WORLD_SIZE", "2"},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", "4000"},
                  {"DCOMM_SECRET_FILE", "/nonexistent/secret"}};
     auto li = detect_launch();
     REQUIRE_FALSE(li.ok());

@@ -223,7 +223,8 @@ TEST_CASE("store: a 21-byte request with a key length near 2^32 is refused; the 
     CHECK(closed_within(s, 3s));
   }
   // A value length near 2^64, and an unknown op.
-  for (std::string bad : {detail::store_request(StoreOp::kSet, "k", "") , std::string(1, '\x7f') + std::string(12, '\0')}) {
+  for (std::string bad :
+       {detail::store_request(StoreOp::kSet, "k", ""), std::string(1, '\x7f') + std::string(12, '\0')}) {
     if (bad[0] == 1) std::memset(bad.data() + bad.size() - 8, 0xff, 8);
     Socket s = raw_client(port, {});
     CHECK(send_all(s.fd(), bad.data(), bad.size(), Deadline(1000ms)).ok());

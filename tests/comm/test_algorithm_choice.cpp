@@ -5,12 +5,14 @@
 using namespace dcomm;
 
 TEST_CASE("algorithm choice: direct for small all_reduce, single copy where measured faster, ring otherwise") {
-  Config c;  // defaults: direct <= 4 KiB, single copy from 64 KiB (all_gather/broadcast), from 1 MiB (all_reduce, reduce_scatter; below 16 MiB out of place unless registered)
+  Config
+      c;  // defaults: direct <= 4 KiB, single copy from 64 KiB (all_gather/broadcast), from 1 MiB (all_reduce, reduce_scatter; below 16 MiB out of place unless registered)
   auto pick = [&](OpKind k, size_t bytes, int ranks, bool single_copy, size_t eb = 4, bool in_place = false) {
     return choose_algorithm({k, bytes / eb, eb, ranks, in_place}, c, single_copy).algorithm;
   };
   CHECK(pick(OpKind::kAllReduce, 8, 2, false) == Algorithm::kDirect);
-  CHECK(pick(OpKind::kAllReduce, 4096, 2, false) == Algorithm::kDirect);  // measured on 2 ranks; the model weighs it on more
+  CHECK(pick(OpKind::kAllReduce, 4096, 2, false) ==
+        Algorithm::kDirect);  // measured on 2 ranks; the model weighs it on more
   CHECK(pick(OpKind::kAllReduce, 8192, 2, false) == Algorithm::kRing);
   CHECK(pick(OpKind::kAllReduce, 8, 9, false) == Algorithm::kRecursiveDoubling);  // direct stops at 8 ranks
   CHECK(pick(OpKind::kAllReduce, 8, 1, false) == Algorithm::kRing);
@@ -106,8 +108,8 @@ TEST_CASE("cost model across hosts: hierarchical when hosts hold several ranks e
   CHECK(pick(8, 64, 8) == Algorithm::kRecursiveDoubling);   // latency: log2(64) network steps
   CHECK(pick(1 << 30, 64, 8) == Algorithm::kRing);          // bandwidth: one network crossing per host
   CHECK(pick(1 << 20, 16, 2) == Algorithm::kHierarchical);
-  CHECK(pick(64 << 20, 8, 8) != Algorithm::kHierarchical);    // one rank per host: nothing to gain
-  CHECK(pick(64 << 20, 8, 1) != Algorithm::kHierarchical);    // one host
+  CHECK(pick(64 << 20, 8, 8) != Algorithm::kHierarchical);  // one rank per host: nothing to gain
+  CHECK(pick(64 << 20, 8, 1) != Algorithm::kHierarchical);  // one host
   // One host's ranks across the network cost more than the same ranks on one host.
   CallShape one{OpKind::kAllReduce, 1 << 20, 4, 16, false, 1}, two = one;
   two.hosts = 2;

@@ -81,5 +81,6 @@ TEST_CASE("ranks with different FIFO settings are refused, naming both") {
   f[1].slot_bytes = 4096;
   Status s = check_device_shapes(f, 0);
   CHECK(s.code() == ErrorCode::kInvalidArgument);
-  CHECK_MESSAGE(s.message().find("rank 1 set DCOMM_CUDA_SLOTS=4 DCOMM_CUDA_SLOT_BYTES=4096") != std::string::npos, s.message());
+  CHECK_MESSAGE(s.message().find("rank 1 set DCOMM_CUDA_SLOTS=4 DCOMM_CUDA_SLOT_BYTES=4096") != std::string::npos,
+                s.message());
 }

@@ -39,7 +39,8 @@ void all_aborted_naming(const std::vector<Status>& got, const std::string& their
     CHECK_MESSAGE(got[r].code() == ErrorCode::kAborted, got[r].message());
     named = named || (contains(got[r], theirs) && contains(got[r], mine));
   }
-  CHECK_MESSAGE(named, "no rank named both '", theirs, "' and '", mine, "': ", got[0].message(), " | ", got[1].message());
+  CHECK_MESSAGE(named, "no rank named both '", theirs, "' and '", mine, "': ", got[0].message(), " | ",
+                got[1].message());
 }
 }  // namespace
 
@@ -143,13 +144,14 @@ TEST_CASE("broadcast with different roots: no root's buffer is overwritten, and 
       std::string all;
       for (int r = 0; r < n; ++r) {
         CAPTURE(r);
-        const Status& s = first[static_cast<size_t>(r)].ok() ? next[static_cast<size_t>(r)] : first[static_cast<size_t>(r)];
+        const Status& s =
+            first[static_cast<size_t>(r)].ok() ? next[static_cast<size_t>(r)] : first[static_cast<size_t>(r)];
         CHECK_MESSAGE(s.code() == ErrorCode::kAborted, s.message());
         all += s.message();
       }
       CHECK(all.find("broadcast(int32, " + std::to_string(count) + ", root 0)") != std::string::npos);
-      const bool last_named =
-          all.find("broadcast(int32, " + std::to_string(count) + ", root " + std::to_string(n - 1) + ")") != std::string::npos;
+      const bool last_named = all.find("broadcast(int32, " + std::to_string(count) + ", root " + std::to_string(n - 1) +
+                                       ")") != std::string::npos;
       CHECK_MESSAGE((last_named || all.find("all_reduce(int32, sum, 10)") != std::string::npos), all);
     }
   }
@@ -235,14 +237,16 @@ TEST_CASE("DCOMM_DETERMINISTIC=1: bitwise equal results whatever the algorithm f
   for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kReduce}) {
     CAPTURE(to_string(kind));
     const auto reference = run("", true, kind);
-    for (const char* algo : {"ring", "recursive_doubling", "rabenseifner;halving_doubling", "tree", "double_tree", "direct"}) {
+    for (const char* algo :
+         {"ring", "recursive_doubling", "rabenseifner;halving_doubling", "tree", "double_tree", "direct"}) {
       CAPTURE(algo);
       CHECK(run(algo, true, kind) == reference);
     }
     // Without it, some algorithms differ: the test can tell.
     if (kind == OpKind::kAllReduce) {
       bool any_differs = false;
-      for (const char* algo : {"ring", "recursive_doubling", "tree"}) any_differs |= run(algo, false, kind) != reference;
+      for (const char* algo : {"ring", "recursive_doubling", "tree"})
+        any_differs |= run(algo, false, kind) != reference;
       CHECK(any_differs);
     }
   }
@@ -271,7 +275,9 @@ struct Footprint {
 };
 }  // namespace
 
-TEST_CASE("lifecycles: create/destroy and abort/re-create 100 times leave descriptors, threads, /dev/shm and memory as they were") {
+TEST_CASE(
+    "lifecycles: create/destroy and abort/re-create 100 times leave descriptors, threads, /dev/shm and memory as they "
+    "were") {
   for (TransportChoice t : {TransportChoice::kInproc, TransportChoice::kShm, TransportChoice::kTcp}) {
     CAPTURE(static_cast<int>(t));
     auto cycle = [&](bool abort) {

@@ -97,8 +97,10 @@ TEST_CASE("fp8 conversions match cuda_fp8.h's (satfinite, round to nearest even)
     float f;
     std::memcpy(&f, &bits, 4);
     if (std::isnan(f)) continue;
-    REQUIRE_MESSAGE(float8_e4m3::Format::from_float(f) == __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3), "bits ", bits);
-    REQUIRE_MESSAGE(float8_e5m2::Format::from_float(f) == __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2), "bits ", bits);
+    REQUIRE_MESSAGE(float8_e4m3::Format::from_float(f) == __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3), "bits ",
+                    bits);
+    REQUIRE_MESSAGE(float8_e5m2::Format::from_float(f) == __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2), "bits ",
+                    bits);
   }
   for (int c = 0; c < 256; ++c) {
     auto code = static_cast<__nv_fp8_storage_t>(c);

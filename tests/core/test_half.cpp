@@ -22,10 +22,10 @@ TEST_CASE("float16: known values and rounding edges") {
   CHECK(float16(1.0f).bits == 0x3c00);
   CHECK(float16(-2.0f).bits == 0xc000);
   CHECK(float16(65504.0f).bits == 0x7bff);
-  CHECK(float16(65520.0f).bits == 0x7c00);           // halfway to 65536: ties to even, overflows to inf
-  CHECK(float16(std::ldexp(1.0f, -24)).bits == 0x0001);  // smallest subnormal
-  CHECK(float16(std::ldexp(1.0f, -25)).bits == 0x0000);  // half of it: ties to even (zero)
-  CHECK(float16(std::ldexp(3.0f, -26)).bits == 0x0001);  // 0.75 units rounds up
+  CHECK(float16(65520.0f).bits == 0x7c00);                      // halfway to 65536: ties to even, overflows to inf
+  CHECK(float16(std::ldexp(1.0f, -24)).bits == 0x0001);         // smallest subnormal
+  CHECK(float16(std::ldexp(1.0f, -25)).bits == 0x0000);         // half of it: ties to even (zero)
+  CHECK(float16(std::ldexp(3.0f, -26)).bits == 0x0001);         // 0.75 units rounds up
   CHECK(float16(1.0f + std::ldexp(1.0f, -11)).bits == 0x3c00);  // tie, even stays
   CHECK(float16(1.0f + std::ldexp(3.0f, -11)).bits == 0x3c02);  // tie, odd rounds up
 }
@@ -58,7 +58,9 @@ TEST_CASE("bfloat16: rounding to nearest even against a reference in double") {
     double dlo = bfloat16::to_float(lo), dhi = bfloat16::to_float(hi);
     if (std::isinf(dhi)) dhi = std::copysign(std::ldexp(1.0, 128), dhi);  // the value infinity stands for
     double d = f;
-    uint16_t want = std::fabs(d - dlo) < std::fabs(dhi - d) ? lo : std::fabs(d - dlo) > std::fabs(dhi - d) ? hi : (lo & 1 ? hi : lo);
+    uint16_t want = std::fabs(d - dlo) < std::fabs(dhi - d)   ? lo
+                    : std::fabs(d - dlo) > std::fabs(dhi - d) ? hi
+                                                              : (lo & 1 ? hi : lo);
     REQUIRE_MESSAGE(bfloat16::from_float(f) == want, "float bits ", bits);
   }
   CHECK(bfloat16(1.0f).bits == 0x3f80);

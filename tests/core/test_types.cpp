@@ -21,6 +21,7 @@ TEST_CASE("data types: sizes, names and the typed mapping") {
   CHECK(parse_data_type("half") == DataType::kFloat16);
   CHECK_FALSE(parse_data_type("float128").has_value());
   CHECK_FALSE(is_valid(static_cast<DataType>(42)));
-  for (int o = 0; o < kNumReduceOps; ++o) CHECK(parse_reduce_op(to_string(static_cast<ReduceOp>(o))) == static_cast<ReduceOp>(o));
+  for (int o = 0; o < kNumReduceOps; ++o)
+    CHECK(parse_reduce_op(to_string(static_cast<ReduceOp>(o))) == static_cast<ReduceOp>(o));
   CHECK_FALSE(is_valid(static_cast<ReduceOp>(9)));
 }

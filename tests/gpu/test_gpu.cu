@@ -31,7 +31,8 @@ thread_local std::vector<std::string>* t_cuda_failures = nullptr;
 bool cuda_ok(cudaError_t e, const char* expr, const char* file, int line) {
   if (e == cudaSuccess) return true;
   cudaGetLastError();
-  const std::string what = detail::cat(expr, " (", file, ":", line, "): ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+  const std::string what =
+      detail::cat(expr, " (", file, ":", line, "): ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
   if (t_cuda_failures) {
     t_cuda_failures->push_back(what);
     return false;
@@ -106,7 +107,8 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
     for (bool in_place : {false, true})
       for (int o = 0; o < kNumReduceOps; ++o) {
         const auto op = static_cast<ReduceOp>(o);
-        const std::string tag = detail::cat(to_string(t), " ", to_string(op), " count ", count, in_place ? " in place" : "", " rank ", r, "/", n);
+        const std::string tag = detail::cat(to_string(t), " ", to_string(op), " count ", count,
+                                            in_place ? " in place" : "", " rank ", r, "/", n);
         std::vector<T> in(count * un);
         for (size_t i = 0; i < in.size(); ++i) in[i] = from_int<T>(input_value(t, op, r, i));
         // all_reduce
@@ -154,7 +156,8 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
         if (call("all_gather " + tag, d.all_gather(ag_in, b.p, count, t, s))) {
           auto got = b.get(count * un, s);
           for (size_t i = 0; i < count * un; ++i)
-            if (!same_value(got[i], from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(i / count), i % count)))) {
+            if (!same_value(got[i],
+                            from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(i / count), i % count)))) {
               fail(detail::cat("all_gather ", tag, ": element ", i));
               break;
             }
@@ -231,7 +234,8 @@ void on_device_ranks(int n, F f) {
   REQUIRE(comms.ok());
   std::vector<std::string> failed(static_cast<size_t>(n));
   on_ranks(*comms, [&](Communicator& c) { failed[static_cast<size_t>(c.rank())] = with_device(c, f); });
-  for (int r = 0; r < n; ++r) CHECK_MESSAGE(failed[static_cast<size_t>(r)].empty(), "rank ", r, ": ", failed[static_cast<size_t>(r)]);
+  for (int r = 0; r < n; ++r)
+    CHECK_MESSAGE(failed[static_cast<size_t>(r)].empty(), "rank ", r, ": ", failed[static_cast<size_t>(r)]);
 }
 
 void run_threads(int n) {
@@ -239,7 +243,8 @@ void run_threads(int n) {
 }
 
 // Small FIFOs: every test count spans several slots of every channel.
-const std::vector<std::string> kSmallSlots = {"DCOMM_CUDA_SLOT_BYTES=4096", "DCOMM_CUDA_CHANNELS=3", "DCOMM_CUDA_SLOTS=2"};
+const std::vector<std::string> kSmallSlots = {"DCOMM_CUDA_SLOT_BYTES=4096", "DCOMM_CUDA_CHANNELS=3",
+                                              "DCOMM_CUDA_SLOTS=2"};
 void small_slots() {
   for (const auto& kv : kSmallSlots) {
     const size_t eq = kv.find('=');
@@ -276,7 +281,8 @@ TEST_CASE("reduction kernels: the host reducer's bits, every type and op, any al
             CUDA_OK(cudaDeviceSynchronize());
             const std::vector<T> got = dd.get(n, s, oa), got2 = dd2.get(n, s);
             for (size_t i = 0; i < n; ++i) {
-              REQUIRE_MESSAGE(same_value(got[i], want[i]), to_string(type), " ", to_string(op), " n ", n, " offset ", off, " at ", i);
+              REQUIRE_MESSAGE(same_value(got[i], want[i]), to_string(type), " ", to_string(op), " n ", n, " offset ",
+                              off, " at ", i);
               REQUIRE(same_value(got2[i], want[i]));
             }
           }
@@ -318,19 +324,23 @@ TEST_CASE("channels are bounded by what the GPU holds at once: 64 asked, 4 ranks
   std::vector<std::string> failed(4);
   std::vector<int> channels(4, 0);
   on_ranks(*comms, [&](Communicator& c) {
-    failed[static_cast<size_t>(c.rank())] = with_device(c, [&](DeviceCommunicator& d, cudaStream_t s, int r) -> std::string {
-      channels[static_cast<size_t>(r)] = d.config().channels;
-      DeviceBuf<float> a(count);
-      a.put(std::vector<float>(count, static_cast<float>(r + 1)), s);
-      if (!d.host().barrier().ok()) return "host barrier failed";
-      Status st = d.all_reduce(a.p, a.p, count, DataType::kFloat32, ReduceOp::kSum, s);
-      if (!st.ok()) return st.message();
-      if (cudaStreamSynchronize(s) != cudaSuccess || !d.error().ok()) return "the all_reduce failed: " + d.error().message();
-      auto got = a.get(count, s);
-      for (size_t i = 0; i < count; i += 4099)
-        if (got[i] != 10.0f) return detail::cat("element ", i, " is ", got[i]);
-      return "";
-    }, cfg);
+    failed[static_cast<size_t>(c.rank())] = with_device(
+        c,
+        [&](DeviceCommunicator& d, cudaStream_t s, int r) -> std::string {
+          channels[static_cast<size_t>(r)] = d.config().channels;
+          DeviceBuf<float> a(count);
+          a.put(std::vector<float>(count, static_cast<float>(r + 1)), s);
+          if (!d.host().barrier().ok()) return "host barrier failed";
+          Status st = d.all_reduce(a.p, a.p, count, DataType::kFloat32, ReduceOp::kSum, s);
+          if (!st.ok()) return st.message();
+          if (cudaStreamSynchronize(s) != cudaSuccess || !d.error().ok())
+            return "the all_reduce failed: " + d.error().message();
+          auto got = a.get(count, s);
+          for (size_t i = 0; i < count; i += 4099)
+            if (got[i] != 10.0f) return detail::cat("element ", i, " is ", got[i]);
+          return "";
+        },
+        cfg);
   });
   for (int r = 0; r < 4; ++r) {
     CHECK_MESSAGE(failed[static_cast<size_t>(r)].empty(), "rank ", r, ": ", failed[static_cast<size_t>(r)]);
@@ -348,10 +358,13 @@ TEST_CASE("a pair where one rank disables peer access talks through host memory 
   on_ranks(*comms, [&](Communicator& c) {
     DeviceConfig cfg = *DeviceConfig::from_env();
     cfg.p2p_disable = c.rank() == 1;  // only rank 1 asks for host memory
-    failed[static_cast<size_t>(c.rank())] = with_device(c, [&](DeviceCommunicator& d, cudaStream_t s, int r) -> std::string {
-      paths[static_cast<size_t>(r)] = d.path_to(1 - r);
-      return device_matrix(d, s, true);
-    }, cfg);
+    failed[static_cast<size_t>(c.rank())] = with_device(
+        c,
+        [&](DeviceCommunicator& d, cudaStream_t s, int r) -> std::string {
+          paths[static_cast<size_t>(r)] = d.path_to(1 - r);
+          return device_matrix(d, s, true);
+        },
+        cfg);
   });
   for (int r = 0; r < 2; ++r) {
     CHECK_MESSAGE(failed[static_cast<size_t>(r)].empty(), "rank ", r, ": ", failed[static_cast<size_t>(r)]);
@@ -417,7 +430,8 @@ TEST_CASE("a kernel waiting for a rank that never comes ends on abort() and on t
   small_slots();
   for (bool use_abort : {true, false}) {
     CAPTURE(use_abort);
-    auto comms = Communicator::create_local(2, test_config(TransportChoice::kAuto, use_abort ? std::chrono::seconds(60) : std::chrono::milliseconds(500)));
+    auto comms = Communicator::create_local(
+        2, test_config(TransportChoice::kAuto, use_abort ? std::chrono::seconds(60) : std::chrono::milliseconds(500)));
     REQUIRE(comms.ok());
     std::vector<std::unique_ptr<DeviceCommunicator>> devs(2);
     on_ranks(*comms, [&](Communicator& c) {
@@ -475,8 +489,7 @@ TEST_CASE("bad arguments are refused before anything is enqueued, naming the cal
 TEST_CASE("collectives on device memory: processes sharing one GPU through CUDA IPC") {
   for (int n : {2, 3}) {
     CAPTURE(n);
-    auto procs = spawn_local_ranks({"/proc/self/exe", "--gpu-worker"}, n,
-                                   [] {
+    auto procs = spawn_local_ranks({"/proc/self/exe", "--gpu-worker"}, n, [] {
       auto env = kSmallSlots;
       env.push_back("DCOMM_TIMEOUT_MS=60000");
       return env;
@@ -504,7 +517,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--gpu-worker") {  // one rank of the processes test
     auto c = Communicator::from_env();
     if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().message().c_str()), 2;
-    std::string failed = with_device(**c, [](DeviceCommunicator& d, cudaStream_t s, int) { return device_matrix(d, s, true); });
+    std::string failed =
+        with_device(**c, [](DeviceCommunicator& d, cudaStream_t s, int) { return device_matrix(d, s, true); });
     if (!failed.empty()) std::fprintf(stderr, "rank %d: %s\n", (*c)->rank(), failed.c_str());
     return failed.empty() ? 0 : 1;
   }

@@ -12,6 +12,7 @@ struct AbiFact {
 };
 
 // Every enum value, struct size and ncclConfig_t offset, in one order for both headers.
+// clang-format off
 #define DCOMM_NCCL_ABI_FACTS(F)                                                                          \
   F(ncclSuccess) F(ncclUnhandledCudaError) F(ncclSystemError) F(ncclInternalError) F(ncclInvalidArgument) \
   F(ncclInvalidUsage) F(ncclRemoteError) F(ncclInProgress) F(ncclNumResults)                              \
@@ -35,6 +36,7 @@ struct AbiFact {
   F(offsetof(ncclConfig_t, nvlinkCentricSched)) F(offsetof(ncclSimInfo_t, estimatedTime))                 \
   F(config_initializer_magic) F(config_initializer_version) F(config_initializer_blocking)                \
   F(sim_initializer_magic)
+// clang-format on
 
 #define DCOMM_NCCL_ABI_COLLECT(x) facts.push_back({#x, static_cast<long long>(x)});
 

@@ -35,15 +35,18 @@ int main(int argc, char** argv) {
   for (auto [name, linked] : functions) {
     Dl_info info{};
     char found[4096] = {};
-    if (!dladdr(linked, &info) || !info.dli_fname || !realpath(info.dli_fname, found) || std::strcmp(found, real) != 0) {
-      std::fprintf(stderr, "FAIL: %s resolves to %s, not dcomm's library\n", name, info.dli_fname ? info.dli_fname : "nothing");
+    if (!dladdr(linked, &info) || !info.dli_fname || !realpath(info.dli_fname, found) ||
+        std::strcmp(found, real) != 0) {
+      std::fprintf(stderr, "FAIL: %s resolves to %s, not dcomm's library\n", name,
+                   info.dli_fname ? info.dli_fname : "nothing");
       ++bad;
     }
     const std::string plain = name[0] == 'p' ? name + 1 : name, profiled = "p" + plain;
     void* a = dlsym(lib, plain.c_str());
     void* b = dlsym(lib, profiled.c_str());
     if (!a || !b || a != b) {
-      std::fprintf(stderr, "FAIL: %s and %s are not one function in dcomm's library\n", plain.c_str(), profiled.c_str());
+      std::fprintf(stderr, "FAIL: %s and %s are not one function in dcomm's library\n", plain.c_str(),
+                   profiled.c_str());
       ++bad;
     }
   }

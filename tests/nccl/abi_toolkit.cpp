@@ -5,7 +5,7 @@
 #include "abi_facts.hpp"
 #include "abi_collect.inc"
 
-std::vector<AbiFact> toolkit_abi_facts() { DCOMM_NCCL_ABI_BODY }
+std::vector<AbiFact> toolkit_abi_facts(){DCOMM_NCCL_ABI_BODY}
 
 std::vector<std::pair<const char*, void*>> toolkit_functions() {
   return {

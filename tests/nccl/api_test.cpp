@@ -23,19 +23,19 @@ namespace {
 
 int g_rank = 0, g_size = 1, g_failures = 0;
 
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      ++g_failures;                                                   \
-      std::printf("FAIL (rank %d, line %d): ", g_rank, __LINE__);     \
-      std::printf(__VA_ARGS__);                                       \
-      std::printf("\n");                                              \
-    }                                                                 \
+#define CHECK(cond, ...)                                          \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      ++g_failures;                                               \
+      std::printf("FAIL (rank %d, line %d): ", g_rank, __LINE__); \
+      std::printf(__VA_ARGS__);                                   \
+      std::printf("\n");                                          \
+    }                                                             \
   } while (0)
-#define NCCL_OK(call)                                                                                         \
-  do {                                                                                                        \
-    ncclResult_t r_ = (call);                                                                                 \
-    CHECK(r_ == ncclSuccess, "%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(nullptr));       \
+#define NCCL_OK(call)                                                                                  \
+  do {                                                                                                 \
+    ncclResult_t r_ = (call);                                                                          \
+    CHECK(r_ == ncclSuccess, "%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(nullptr)); \
   } while (0)
 
 // Elements of every ncclDataType_t as doubles, both ways.
@@ -79,7 +79,8 @@ double get(ncclDataType_t t, const void* p, size_t i) {
 }
 bool is_int(ncclDataType_t t) { return t <= ncclUint64; }
 const char* type_name(ncclDataType_t t) {
-  static const char* kNames[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bf16", "f8e4m3", "f8e5m2"};
+  static const char* kNames[] = {"int8", "uint8", "int32",  "uint32", "int64",  "uint64",
+                                 "half", "float", "double", "bf16",   "f8e4m3", "f8e5m2"};
   return kNames[t];
 }
 
@@ -122,7 +123,8 @@ struct Buf {
 
 // One collective: in place and out of place, each checked against `want(i)` over `out_count`.
 void check_collective(const char* what, ncclComm_t comm, ncclDataType_t t, int op, size_t in_count, size_t out_count,
-                      const std::function<double(size_t)>& in_value, const std::function<std::optional<double>(size_t)>& want,
+                      const std::function<double(size_t)>& in_value,
+                      const std::function<std::optional<double>(size_t)>& want,
                       const std::function<ncclResult_t(const void*, void*, ncclRedOp_t)>& run, size_t in_place_offset) {
   ncclRedOp_t nop = static_cast<ncclRedOp_t>(op);
   unsigned char two[8] = {};
@@ -137,8 +139,8 @@ void check_collective(const char* what, ncclComm_t comm, ncclDataType_t t, int o
     void* src = in_place ? static_cast<char*>(recv.p()) + in_place_offset * es : send.p();
     for (size_t i = 0; i < in_count; ++i) put(t, src, i, in_value(i));
     ncclResult_t r = run(src, recv.p(), nop);
-    CHECK(r == ncclSuccess, "%s %s %s %s: %s (%s)", what, type_name(t), op_name(op), in_place ? "in place" : "out of place",
-          ncclGetErrorString(r), ncclGetLastError(comm));
+    CHECK(r == ncclSuccess, "%s %s %s %s: %s (%s)", what, type_name(t), op_name(op),
+          in_place ? "in place" : "out of place", ncclGetErrorString(r), ncclGetLastError(comm));
     int wrong = 0;
     for (size_t i = 0; i < out_count && r == ncclSuccess; ++i) {
       auto w = want(i);
@@ -171,54 +173,67 @@ void every_collective(ncclComm_t comm) {
   for (int ti = 0; ti < ncclNumTypes; ++ti) {
     const auto t = static_cast<ncclDataType_t>(ti);
     for (int op = kSum; op <= kPreMul; ++op) {
-      check_collective("ncclAllReduce", comm, t, op, n, n, [&](size_t i) { return input(me, i); },
-                       [&](size_t i) { return reduced(op, i, t); },
-                       [&](const void* a, void* b, ncclRedOp_t o) { return ncclAllReduce(a, b, n, t, o, comm, s); }, 0);
+      check_collective(
+          "ncclAllReduce", comm, t, op, n, n, [&](size_t i) { return input(me, i); },
+          [&](size_t i) { return reduced(op, i, t); },
+          [&](const void* a, void* b, ncclRedOp_t o) { return ncclAllReduce(a, b, n, t, o, comm, s); }, 0);
       const int root = (op + ti) % P;
-      check_collective("ncclReduce", comm, t, op, n, me == root ? n : 0, [&](size_t i) { return input(me, i); },
-                       [&](size_t i) { return reduced(op, i, t); },
-                       [&](const void* a, void* b, ncclRedOp_t o) { return ncclReduce(a, b, n, t, o, root, comm, s); }, 0);
+      check_collective(
+          "ncclReduce", comm, t, op, n, me == root ? n : 0, [&](size_t i) { return input(me, i); },
+          [&](size_t i) { return reduced(op, i, t); },
+          [&](const void* a, void* b, ncclRedOp_t o) { return ncclReduce(a, b, n, t, o, root, comm, s); }, 0);
       // reduce_scatter: rank r's input element j*n + i is input(r, j*n + i); rank me gets block me.
-      check_collective("ncclReduceScatter", comm, t, op, n * uP, n, [&](size_t i) { return input(me, i); },
-                       [&](size_t i) { return reduced(op, ume * n + i, t); },
-                       [&](const void* a, void* b, ncclRedOp_t o) {
-                         return in_own_block(a, b, true, ume * n * elem_size(t), n * elem_size(t),
-                                             [&](void* dst) { return ncclReduceScatter(a, dst, n, t, o, comm, s); });
-                       },
-                       0);
+      check_collective(
+          "ncclReduceScatter", comm, t, op, n * uP, n, [&](size_t i) { return input(me, i); },
+          [&](size_t i) { return reduced(op, ume * n + i, t); },
+          [&](const void* a, void* b, ncclRedOp_t o) {
+            return in_own_block(a, b, true, ume * n * elem_size(t), n * elem_size(t),
+                                [&](void* dst) { return ncclReduceScatter(a, dst, n, t, o, comm, s); });
+          },
+          0);
     }
     const int root = ti % P;
-    auto value_of = [&](int r, size_t i) { return static_cast<double>((static_cast<size_t>(r) * 7 + i) % 8); };  // exact in every type
-    check_collective("ncclBroadcast", comm, t, kSum, n, n, [&](size_t i) { return me == root ? value_of(root, i) : 0.0; },
-                     [&](size_t i) { return value_of(root, i); },
-                     [&](const void* a, void* b, ncclRedOp_t) { return ncclBroadcast(a, b, n, t, root, comm, s); }, 0);
-    check_collective("ncclBcast", comm, t, kSum, n, n, [&](size_t i) { return me == root ? value_of(root, i) : 0.0; },
-                     [&](size_t i) { return value_of(root, i); },
-                     [&](const void* a, void* b, ncclRedOp_t) {
-                       if (a != b) std::memcpy(b, a, n * elem_size(t));  // ncclBcast is in place only
-                       return ncclBcast(b, n, t, root, comm, s);
-                     },
-                     0);
-    check_collective("ncclAllGather", comm, t, kSum, n, n * uP, [&](size_t i) { return value_of(me, i); },
-                     [&](size_t i) { return value_of(static_cast<int>(i / n), i % n); },
-                     [&](const void* a, void* b, ncclRedOp_t) { return ncclAllGather(a, b, n, t, comm, s); }, ume * n);
+    auto value_of = [&](int r, size_t i) {
+      return static_cast<double>((static_cast<size_t>(r) * 7 + i) % 8);
+    };  // exact in every type
+    check_collective(
+        "ncclBroadcast", comm, t, kSum, n, n, [&](size_t i) { return me == root ? value_of(root, i) : 0.0; },
+        [&](size_t i) { return value_of(root, i); },
+        [&](const void* a, void* b, ncclRedOp_t) { return ncclBroadcast(a, b, n, t, root, comm, s); }, 0);
+    check_collective(
+        "ncclBcast", comm, t, kSum, n, n, [&](size_t i) { return me == root ? value_of(root, i) : 0.0; },
+        [&](size_t i) { return value_of(root, i); },
+        [&](const void* a, void* b, ncclRedOp_t) {
+          if (a != b) std::memcpy(b, a, n * elem_size(t));  // ncclBcast is in place only
+          return ncclBcast(b, n, t, root, comm, s);
+        },
+        0);
+    check_collective(
+        "ncclAllGather", comm, t, kSum, n, n * uP, [&](size_t i) { return value_of(me, i); },
+        [&](size_t i) { return value_of(static_cast<int>(i / n), i % n); },
+        [&](const void* a, void* b, ncclRedOp_t) { return ncclAllGather(a, b, n, t, comm, s); }, ume * n);
     // all-to-all: block j of rank r's input goes to rank j's block r.
-    auto a2a = [&](int from, int to, size_t i) { return static_cast<double>((static_cast<size_t>(from * 3 + to) + i) % 8); };
-    check_collective("ncclAlltoAll", comm, t, kSum, n * uP, n * uP, [&](size_t i) { return a2a(me, static_cast<int>(i / n), i % n); },
-                     [&](size_t i) { return a2a(static_cast<int>(i / n), me, i % n); },
-                     [&](const void* a, void* b, ncclRedOp_t) { return ncclAlltoAll(a, b, n, t, comm, s); }, 0);
-    check_collective("ncclGather", comm, t, kSum, n, me == root ? n * uP : 0, [&](size_t i) { return value_of(me, i); },
-                     [&](size_t i) { return value_of(static_cast<int>(i / n), i % n); },
-                     [&](const void* a, void* b, ncclRedOp_t) { return ncclGather(a, b, n, t, root, comm, s); },
-                     me == root ? ume * n : 0);
-    check_collective("ncclScatter", comm, t, kSum, me == root ? n * uP : 0, n,
-                     [&](size_t i) { return value_of(static_cast<int>(i / n), i % n); },
-                     [&](size_t i) { return value_of(me, i); },
-                     [&](const void* a, void* b, ncclRedOp_t) {
-                       return in_own_block(a, b, me == root, ume * n * elem_size(t), n * elem_size(t),
-                                           [&](void* dst) { return ncclScatter(a, dst, n, t, root, comm, s); });
-                     },
-                     0);
+    auto a2a = [&](int from, int to, size_t i) {
+      return static_cast<double>((static_cast<size_t>(from * 3 + to) + i) % 8);
+    };
+    check_collective(
+        "ncclAlltoAll", comm, t, kSum, n * uP, n * uP,
+        [&](size_t i) { return a2a(me, static_cast<int>(i / n), i % n); },
+        [&](size_t i) { return a2a(static_cast<int>(i / n), me, i % n); },
+        [&](const void* a, void* b, ncclRedOp_t) { return ncclAlltoAll(a, b, n, t, comm, s); }, 0);
+    check_collective(
+        "ncclGather", comm, t, kSum, n, me == root ? n * uP : 0, [&](size_t i) { return value_of(me, i); },
+        [&](size_t i) { return value_of(static_cast<int>(i / n), i % n); },
+        [&](const void* a, void* b, ncclRedOp_t) { return ncclGather(a, b, n, t, root, comm, s); },
+        me == root ? ume * n : 0);
+    check_collective(
+        "ncclScatter", comm, t, kSum, me == root ? n * uP : 0, n,
+        [&](size_t i) { return value_of(static_cast<int>(i / n), i % n); }, [&](size_t i) { return value_of(me, i); },
+        [&](const void* a, void* b, ncclRedOp_t) {
+          return in_own_block(a, b, me == root, ume * n * elem_size(t), n * elem_size(t),
+                              [&](void* dst) { return ncclScatter(a, dst, n, t, root, comm, s); });
+        },
+        0);
   }
 }
 
@@ -234,7 +249,8 @@ void grouped_p2p(ncclComm_t comm) {
   NCCL_OK(ncclRecv(from_right.data(), 100, ncclInt32, (me + 1) % P, comm, nullptr));
   NCCL_OK(ncclGroupEnd());
   const int l = (me + P - 1) % P, r = (me + 1) % P;
-  CHECK(from_left[7] == l * 1000 + 7 && from_right[9] == -r * 1000 - 9, "ring exchange got %d and %d", from_left[7], from_right[9]);
+  CHECK(from_left[7] == l * 1000 + 7 && from_right[9] == -r * 1000 - 9, "ring exchange got %d and %d", from_left[7],
+        from_right[9]);
   // all-to-all-v: rank a sends (a + b + 1) * 10 elements to rank b.
   std::vector<std::vector<float>> out(static_cast<size_t>(P)), in(static_cast<size_t>(P));
   NCCL_OK(ncclGroupStart());
@@ -261,24 +277,32 @@ void grouped_p2p(ncclComm_t comm) {
 void errors(ncclComm_t comm) {
   float f[4] = {};
   CHECK(ncclAllReduce(f, f, 4, ncclFloat32, ncclSum, nullptr, nullptr) == ncclInvalidArgument, "NULL comm accepted");
-  CHECK(ncclAllReduce(f, f, 4, static_cast<ncclDataType_t>(12), ncclSum, comm, nullptr) == ncclInvalidArgument, "type 12 accepted");
-  CHECK(std::strstr(ncclGetLastError(comm), "data type 12") != nullptr, "last error '%s' does not name the type", ncclGetLastError(comm));
-  CHECK(ncclAllReduce(f, f, 4, ncclFloat32, static_cast<ncclRedOp_t>(9), comm, nullptr) == ncclInvalidArgument, "op 9 accepted");
+  CHECK(ncclAllReduce(f, f, 4, static_cast<ncclDataType_t>(12), ncclSum, comm, nullptr) == ncclInvalidArgument,
+        "type 12 accepted");
+  CHECK(std::strstr(ncclGetLastError(comm), "data type 12") != nullptr, "last error '%s' does not name the type",
+        ncclGetLastError(comm));
+  CHECK(ncclAllReduce(f, f, 4, ncclFloat32, static_cast<ncclRedOp_t>(9), comm, nullptr) == ncclInvalidArgument,
+        "op 9 accepted");
   CHECK(ncclBroadcast(f, f, 4, ncclFloat32, g_size, comm, nullptr) == ncclInvalidArgument, "root %d accepted", g_size);
-  CHECK(std::strstr(ncclGetLastError(comm), "root") != nullptr, "last error '%s' does not name the root", ncclGetLastError(comm));
+  CHECK(std::strstr(ncclGetLastError(comm), "root") != nullptr, "last error '%s' does not name the root",
+        ncclGetLastError(comm));
   CHECK(ncclSend(f, 4, ncclFloat32, -1, comm, nullptr) == ncclInvalidArgument, "peer -1 accepted");
-  CHECK(ncclAllReduce(nullptr, f, 4, ncclFloat32, ncclSum, comm, nullptr) == ncclInvalidArgument, "NULL sendbuff accepted");
+  CHECK(ncclAllReduce(nullptr, f, 4, ncclFloat32, ncclSum, comm, nullptr) == ncclInvalidArgument,
+        "NULL sendbuff accepted");
   double two = 2;
   ncclRedOp_t op;
   NCCL_OK(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat64, ncclScalarHostImmediate, comm));
   CHECK(op >= ncclNumOps, "PreMulSum op %d below ncclNumOps", static_cast<int>(op));
-  CHECK(ncclAllReduce(f, f, 4, ncclFloat32, op, comm, nullptr) == ncclInvalidArgument, "a float64 PreMulSum accepted for float32");
+  CHECK(ncclAllReduce(f, f, 4, ncclFloat32, op, comm, nullptr) == ncclInvalidArgument,
+        "a float64 PreMulSum accepted for float32");
   NCCL_OK(ncclRedOpDestroy(op, comm));
   CHECK(ncclRedOpDestroy(op, comm) == ncclInvalidArgument, "a PreMulSum destroyed twice");
   ncclComm_t none;
-  CHECK(ncclCommShrink(comm, nullptr, 0, &none, nullptr, 0) == ncclInvalidUsage, "ncclCommShrink did not say it is unsupported");
+  CHECK(ncclCommShrink(comm, nullptr, 0, &none, nullptr, 0) == ncclInvalidUsage,
+        "ncclCommShrink did not say it is unsupported");
   CHECK(ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd without start accepted");
-  CHECK(std::strcmp(ncclGetErrorString(ncclRemoteError), "remote process exited or there was a network error") == 0, "error string");
+  CHECK(std::strcmp(ncclGetErrorString(ncclRemoteError), "remote process exited or there was a network error") == 0,
+        "error string");
   // The communicator is still good after refused calls.
   float one = 1;
   NCCL_OK(ncclAllReduce(&one, &one, 1, ncclFloat32, ncclSum, comm, nullptr));
@@ -304,7 +328,8 @@ void queries_and_memory(ncclComm_t comm) {
   auto* x = static_cast<float*>(buf);
   for (int i = 0; i < (1 << 18); ++i) x[i] = static_cast<float>(g_rank + i % 3);
   NCCL_OK(ncclAllReduce(x, x, 1 << 18, ncclFloat32, ncclSum, comm, nullptr));
-  CHECK(x[4] == static_cast<float>(g_size * (g_size - 1) / 2 + g_size * 1), "all_reduce on ncclMemAlloc memory got %g", x[4]);
+  CHECK(x[4] == static_cast<float>(g_size * (g_size - 1) / 2 + g_size * 1), "all_reduce on ncclMemAlloc memory got %g",
+        x[4]);
   NCCL_OK(ncclCommWindowDeregister(comm, win));
   NCCL_OK(ncclCommDeregister(comm, handle));
   NCCL_OK(ncclMemFree(buf));
@@ -391,7 +416,9 @@ int main(int argc, char** argv) {
   for (ncclComm_t comm : {a, b, c, d}) NCCL_OK(ncclCommDestroy(comm));
   int failures = 0;
   MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (g_rank == 0) std::printf(failures ? "FAILED: %d failures on %d ranks\n" : "ok: %d ranks\n", failures ? failures : g_size, g_size);
+  if (g_rank == 0)
+    std::printf(failures ? "FAILED: %d failures on %d ranks\n" : "ok: %d ranks\n", failures ? failures : g_size,
+                g_size);
   MPI_Finalize();
   return failures ? 1 : 0;
 }

@@ -27,15 +27,15 @@
 namespace {
 
 int failures = 0;
-#define CHECK(cond, ...)                                     \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      ++failures;                                            \
-      std::printf("FAIL (line %d): ", __LINE__);             \
-      std::printf(__VA_ARGS__);                              \
-      std::printf("\n");                                     \
-      std::fflush(stdout);                                   \
-    }                                                        \
+#define CHECK(cond, ...)                         \
+  do {                                           \
+    if (!(cond)) {                               \
+      ++failures;                                \
+      std::printf("FAIL (line %d): ", __LINE__); \
+      std::printf(__VA_ARGS__);                  \
+      std::printf("\n");                         \
+      std::fflush(stdout);                       \
+    }                                            \
   } while (0)
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -51,7 +51,8 @@ void initall() {
     for (int i = 0; i < 1000; ++i) data[r][i] = static_cast<float>(r * i);
   CHECK(ncclGroupStart() == ncclSuccess, "group start");
   for (int r = 0; r < n; ++r)
-    CHECK(ncclAllReduce(data[r].data(), data[r].data(), 1000, ncclFloat32, ncclSum, comms[r], nullptr) == ncclSuccess, "enqueue");
+    CHECK(ncclAllReduce(data[r].data(), data[r].data(), 1000, ncclFloat32, ncclSum, comms[r], nullptr) == ncclSuccess,
+          "enqueue");
   CHECK(ncclGroupEnd() == ncclSuccess, "ncclGroupEnd over 3 comms: %s", ncclGetLastError(nullptr));
   for (int r = 0; r < n; ++r) {
     CHECK(data[r][10] == 30.f, "InitAll rank %d got %g", r, data[r][10]);
@@ -109,28 +110,33 @@ bool forked(int ranks, const std::function<int(int, ncclComm_t)>& body, std::vec
 // A peer killed after the first call: the survivor's next call fails, the async error is set,
 // the last error names the dead rank, and ncclCommAbort returns.
 void killed() {
-  bool ok = forked(2, [](int rank, ncclComm_t comm) {
-    float x = 1;
-    if (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess) return 5;
-    if (rank == 1) raise(SIGKILL);
-    auto t0 = std::chrono::steady_clock::now();
-    std::vector<float> big(1 << 20, 1.f);
-    ncclResult_t r = ncclSuccess;
-    for (int i = 0; i < 100 && r == ncclSuccess; ++i)
-      r = ncclAllReduce(big.data(), big.data(), big.size(), ncclFloat32, ncclSum, comm, nullptr);
-    const std::string why = ncclGetLastError(comm);
-    std::printf("rank 0: call failed after %.2f s: %s: %s\n", seconds_since(t0), ncclGetErrorString(r), why.c_str());
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm, &async);
-    int bad = 0;
-    if (r == ncclSuccess) std::printf("FAIL: calls with a dead peer succeeded\n"), ++bad;
-    if (async == ncclSuccess || async == ncclInProgress) std::printf("FAIL: async error is %d\n", async), ++bad;
-    if (why.find("rank 1") == std::string::npos) std::printf("FAIL: the error does not name rank 1\n"), ++bad;
-    auto t1 = std::chrono::steady_clock::now();
-    if (ncclCommAbort(comm) != ncclSuccess) std::printf("FAIL: ncclCommAbort failed\n"), ++bad;
-    std::printf("rank 0: ncclCommAbort returned in %.3f s\n", seconds_since(t1));
-    return bad;
-  }, {1});
+  bool ok = forked(2,
+                   [](int rank, ncclComm_t comm) {
+                     float x = 1;
+                     if (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess) return 5;
+                     if (rank == 1) raise(SIGKILL);
+                     auto t0 = std::chrono::steady_clock::now();
+                     std::vector<float> big(1 << 20, 1.f);
+                     ncclResult_t r = ncclSuccess;
+                     for (int i = 0; i < 100 && r == ncclSuccess; ++i)
+                       r = ncclAllReduce(big.data(), big.data(), big.size(), ncclFloat32, ncclSum, comm, nullptr);
+                     const std::string why = ncclGetLastError(comm);
+                     std::printf("rank 0: call failed after %.2f s: %s: %s\n", seconds_since(t0), ncclGetErrorString(r),
+                                 why.c_str());
+                     ncclResult_t async = ncclSuccess;
+                     ncclCommGetAsyncError(comm, &async);
+                     int bad = 0;
+                     if (r == ncclSuccess) std::printf("FAIL: calls with a dead peer succeeded\n"), ++bad;
+                     if (async == ncclSuccess || async == ncclInProgress)
+                       std::printf("FAIL: async error is %d\n", async), ++bad;
+                     if (why.find("rank 1") == std::string::npos)
+                       std::printf("FAIL: the error does not name rank 1\n"), ++bad;
+                     auto t1 = std::chrono::steady_clock::now();
+                     if (ncclCommAbort(comm) != ncclSuccess) std::printf("FAIL: ncclCommAbort failed\n"), ++bad;
+                     std::printf("rank 0: ncclCommAbort returned in %.3f s\n", seconds_since(t1));
+                     return bad;
+                   },
+                   {1});
   CHECK(ok, "killed-peer run");
 }
 
@@ -157,7 +163,8 @@ void abort_wait() {
     ncclResult_t a = ncclCommAbort(comm);
     const double abort_s = seconds_since(t1);
     caller.join();
-    std::printf("rank 0: the waiting call returned %s after %.2f s; ncclCommAbort took %.3f s\n", ncclGetErrorString(r), waited, abort_s);
+    std::printf("rank 0: the waiting call returned %s after %.2f s; ncclCommAbort took %.3f s\n", ncclGetErrorString(r),
+                waited, abort_s);
     return a == ncclSuccess && r != ncclSuccess && waited < 2.5 ? 0 : 7;
   });
   CHECK(ok, "abort ending a waiting call");
@@ -183,11 +190,12 @@ void env() {
     const char* got = std::getenv(name);
     CHECK(got && std::strcmp(got, want) == 0, "%s is '%s', want '%s'", name, got ? got : "(unset)", want);
   };
-  is("DCOMM_DEBUG", "INFO");  // NCCL_DEBUG=INFO
+  is("DCOMM_DEBUG", "INFO");                                  // NCCL_DEBUG=INFO
   is("DCOMM_ALGO", "all_reduce:double_tree;broadcast:ring");  // NCCL_ALGO=allreduce:Tree;broadcast:Ring
   is("DCOMM_SOCKET_IFNAME", "lo");  // DCOMM_SOCKET_IFNAME=lo wins over NCCL_SOCKET_IFNAME=eth9
-  is("DCOMM_IB_HCA", "mlx5_0:1");  // NCCL_IB_HCA==mlx5_0:1,mlx5_1
-  CHECK(std::getenv("DCOMM_CUDA_P2P_DISABLE") == nullptr, "NCCL_P2P_DISABLE was not set, yet DCOMM_CUDA_P2P_DISABLE is");
+  is("DCOMM_IB_HCA", "mlx5_0:1");   // NCCL_IB_HCA==mlx5_0:1,mlx5_1
+  CHECK(std::getenv("DCOMM_CUDA_P2P_DISABLE") == nullptr,
+        "NCCL_P2P_DISABLE was not set, yet DCOMM_CUDA_P2P_DISABLE is");
   // The log (NCCL_DEBUG_FILE, mapped to DCOMM_DEBUG_FILE) names NCCL_NO_SUCH_KNOB once.
   const char* pattern = std::getenv("DCOMM_DEBUG_FILE");
   CHECK(pattern != nullptr, "NCCL_DEBUG_FILE was not mapped");
@@ -269,7 +277,8 @@ int device() {
     }
   }
   ncclRedOp_t premul[P];
-  for (int r = 0; r < P; ++r) NCCL_CHECK(ncclRedOpCreatePreMulSum(&premul[r], scalar[r], ncclFloat32, ncclScalarDevice, comms[r]));
+  for (int r = 0; r < P; ++r)
+    NCCL_CHECK(ncclRedOpCreatePreMulSum(&premul[r], scalar[r], ncclFloat32, ncclScalarDevice, comms[r]));
   grouped([&](int r) { return ncclAllReduce(send[r], recv[r], count, ncclFloat32, premul[r], comms[r], streams[r]); });
   for (int r = 0; r < P; ++r) {
     auto h = fetch(r, count);
@@ -282,7 +291,8 @@ int device() {
     auto h = fetch(r, count * P);
     CHECK(h[count + 4] == input(1, 4) && h[4] == input(0, 4), "device all_gather rank %d", r);
   }
-  grouped([&](int r) { return ncclReduceScatter(send[r], recv[r], count, ncclFloat32, ncclSum, comms[r], streams[r]); });
+  grouped(
+      [&](int r) { return ncclReduceScatter(send[r], recv[r], count, ncclFloat32, ncclSum, comms[r], streams[r]); });
   for (int r = 0; r < P; ++r) {
     auto h = fetch(r, count);
     const size_t i = static_cast<size_t>(r) * count + 2;
@@ -296,7 +306,8 @@ int device() {
     CHECK(h[count + 1] == input(1, static_cast<size_t>(r) * count + 1), "device all-to-all rank %d", r);
   }
   // An all_reduce captured in a graph on each stream, replayed twice (in place: doubles, then 4x).
-  for (int r = 0; r < P; ++r) CUDA_CHECK(cudaMemcpyAsync(recv[r], send[r], count * sizeof(float), cudaMemcpyDeviceToDevice, streams[r]));
+  for (int r = 0; r < P; ++r)
+    CUDA_CHECK(cudaMemcpyAsync(recv[r], send[r], count * sizeof(float), cudaMemcpyDeviceToDevice, streams[r]));
   for (int r = 0; r < P; ++r) CUDA_CHECK(cudaStreamSynchronize(streams[r]));
   cudaGraph_t graphs[P];
   cudaGraphExec_t execs[P];

@@ -64,10 +64,9 @@ void check_collectives(DataType t, int n, int channels, size_t count, bool in_pl
   HostMesh mesh(n, channels, 3, 64);  // small slots: many slices and wrap-arounds
   for (int o = 0; o < kNumReduceOps; ++o) {
     const auto op = static_cast<ReduceOp>(o);
-    for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather,
-                                OpKind::kBroadcast, OpKind::kReduce}) {
-      const bool reduces = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter ||
-                           kind == OpKind::kReduce;
+    for (OpKind kind :
+         {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather, OpKind::kBroadcast, OpKind::kReduce}) {
+      const bool reduces = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
       if (!reduces && op != ReduceOp::kSum) continue;
       const size_t un = static_cast<size_t>(n);
       const size_t in_len = kind == OpKind::kReduceScatter ? count * un : count;
@@ -118,14 +117,19 @@ void check_collectives(DataType t, int n, int channels, size_t count, bool in_pl
         CAPTURE(to_string(op));
         REQUIRE(st[static_cast<size_t>(r)].ok());
         const T* got = out[static_cast<size_t>(r)].data();
-        if (in_place && kind == OpKind::kReduceScatter) got = in[static_cast<size_t>(r)].data() + static_cast<size_t>(r) * count;
+        if (in_place && kind == OpKind::kReduceScatter)
+          got = in[static_cast<size_t>(r)].data() + static_cast<size_t>(r) * count;
         else if (in_place && kind != OpKind::kAllGather) got = in[static_cast<size_t>(r)].data();
         for (size_t k = 0; k < out_len; ++k) {
           T want{};
           switch (kind) {
             case OpKind::kAllReduce: want = expected_reduction<T>(t, op, n, k); break;
-            case OpKind::kReduceScatter: want = expected_reduction<T>(t, op, n, static_cast<size_t>(r) * count + k); break;
-            case OpKind::kAllGather: want = from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(k / count), k % count)); break;
+            case OpKind::kReduceScatter:
+              want = expected_reduction<T>(t, op, n, static_cast<size_t>(r) * count + k);
+              break;
+            case OpKind::kAllGather:
+              want = from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(k / count), k % count));
+              break;
             case OpKind::kBroadcast: want = from_int<T>(input_value(t, ReduceOp::kSum, root, k)); break;
             case OpKind::kReduce:
               if (r != root) continue;
@@ -204,7 +208,8 @@ TEST_CASE("device p2p on host threads: a group of sends and receives both ways, 
   for (int r = 0; r < n; ++r)
     for (int b = 0; b < works[static_cast<size_t>(r)].nlanes * channels; ++b)
       threads.emplace_back([&, r, b] {
-        if (!run_p2p_block(SerialTeam{}, works[static_cast<size_t>(r)], b).ok()) __atomic_add_fetch(&failures[static_cast<size_t>(r)], 1, __ATOMIC_RELAXED);
+        if (!run_p2p_block(SerialTeam{}, works[static_cast<size_t>(r)], b).ok())
+          __atomic_add_fetch(&failures[static_cast<size_t>(r)], 1, __ATOMIC_RELAXED);
       });
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) {
@@ -212,7 +217,8 @@ TEST_CASE("device p2p on host threads: a group of sends and receives both ways, 
     CHECK(works[static_cast<size_t>(r)].nlanes == 2 * n);
     for (int p = 0; p < n; ++p)
       for (int m = 0; m < 2; ++m)
-        CHECK_MESSAGE(in[static_cast<size_t>(r)][static_cast<size_t>(p * 2 + m)] == out[static_cast<size_t>(p)][static_cast<size_t>(r * 2 + m)],
+        CHECK_MESSAGE(in[static_cast<size_t>(r)][static_cast<size_t>(p * 2 + m)] ==
+                          out[static_cast<size_t>(p)][static_cast<size_t>(r * 2 + m)],
                       "rank ", r, " message ", m, " from ", p);
   }
 }

@@ -117,8 +117,9 @@ TEST_CASE("matrix, processes over verbs, world sizes 2, 3") {
 TEST_CASE("bootstrap from a torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)") {
   int port = free_port();
   auto procs = spawn_processes({kWorker, "matrix"}, 3, [&](int r) {
-    return with(kSmall, {detail::cat("RANK=", r), "WORLD_SIZE=3", detail::cat("LOCAL_RANK=", r), "LOCAL_WORLD_SIZE=3",
-                         "MASTER_ADDR=127.0.0.1", detail::cat("MASTER_PORT=", port), "DCOMM_RANK=", "DCOMM_UNIQUE_ID="});
+    return with(kSmall,
+                {detail::cat("RANK=", r), "WORLD_SIZE=3", detail::cat("LOCAL_RANK=", r), "LOCAL_WORLD_SIZE=3",
+                 "MASTER_ADDR=127.0.0.1", detail::cat("MASTER_PORT=", port), "DCOMM_RANK=", "DCOMM_UNIQUE_ID="});
   });
   REQUIRE(procs.ok());
   CHECK(wait_local_ranks(*procs, 300s).ok());
@@ -128,8 +129,9 @@ TEST_CASE("bootstrap from a torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR,
 TEST_CASE("bootstrap from a Slurm environment on one node (no address given)") {
   std::string job = std::to_string(std::random_device{}() % 1000000);
   auto procs = spawn_processes({kWorker, "matrix"}, 3, [&](int r) {
-    return with(kSmall, {detail::cat("SLURM_PROCID=", r), "SLURM_NTASKS=3", detail::cat("SLURM_LOCALID=", r),
-                         "SLURM_NNODES=1", "SLURM_JOB_ID=" + job, "SLURM_STEP_ID=0", "DCOMM_RANK=", "DCOMM_UNIQUE_ID="});
+    return with(kSmall,
+                {detail::cat("SLURM_PROCID=", r), "SLURM_NTASKS=3", detail::cat("SLURM_LOCALID=", r), "SLURM_NNODES=1",
+                 "SLURM_JOB_ID=" + job, "SLURM_STEP_ID=0", "DCOMM_RANK=", "DCOMM_UNIQUE_ID="});
   });
   REQUIRE(procs.ok());
   CHECK(wait_local_ranks(*procs, 300s).ok());
@@ -159,9 +161,9 @@ TEST_CASE("DCOMM_TRANSPORT=inproc between processes is refused with the reason")
   auto id = UniqueId::create();
   REQUIRE(id.ok());
   auto procs = spawn_processes(argv, 2, [&](int r) {
-    return std::vector<std::string>{detail::cat("DCOMM_RANK=", r), "DCOMM_WORLD_SIZE=2", "DCOMM_UNIQUE_ID=" + id->to_string(),
-                                    "DCOMM_TRANSPORT=inproc", "DCOMM_TIMEOUT_MS=5000",
-                                    detail::cat("DCOMM_TEST_OUT=", out, ".", r)};
+    return std::vector<std::string>{
+        detail::cat("DCOMM_RANK=", r), "DCOMM_WORLD_SIZE=2",    "DCOMM_UNIQUE_ID=" + id->to_string(),
+        "DCOMM_TRANSPORT=inproc",      "DCOMM_TIMEOUT_MS=5000", detail::cat("DCOMM_TEST_OUT=", out, ".", r)};
   });
   REQUIRE(procs.ok());
   CHECK(wait_local_ranks(*procs, 60s).ok());
@@ -183,8 +185,13 @@ TEST_CASE("a /dev/shm too small for the FIFOs is an error that says so and what 
   auto id = UniqueId::create();
   REQUIRE(id.ok());
   auto procs = spawn_processes({kWorker, "init"}, 2, [&](int r) {
-    return std::vector<std::string>{detail::cat("DCOMM_RANK=", r), "DCOMM_WORLD_SIZE=2", "DCOMM_UNIQUE_ID=" + id->to_string(),
-                                    "DCOMM_SHM_DIR=" + dir, "DCOMM_SLOT_BYTES=1M", "DCOMM_SLOTS=4", "DCOMM_TIMEOUT_MS=5000",
+    return std::vector<std::string>{detail::cat("DCOMM_RANK=", r),
+                                    "DCOMM_WORLD_SIZE=2",
+                                    "DCOMM_UNIQUE_ID=" + id->to_string(),
+                                    "DCOMM_SHM_DIR=" + dir,
+                                    "DCOMM_SLOT_BYTES=1M",
+                                    "DCOMM_SLOTS=4",
+                                    "DCOMM_TIMEOUT_MS=5000",
                                     detail::cat("DCOMM_TEST_OUT=", out, ".", r)};
   });
   REQUIRE(procs.ok());
@@ -206,8 +213,8 @@ namespace {
 // an address rendezvous, no unique id).
 std::vector<std::string> env_rank(int r, int n, int port, std::vector<std::string> extra = {}) {
   std::vector<std::string> env = {detail::cat("DCOMM_RANK=", r), detail::cat("DCOMM_WORLD_SIZE=", n),
-                                  detail::cat("DCOMM_COMM_ID=127.0.0.1:", port), "DCOMM_UNIQUE_ID=",
-                                  "DCOMM_TIMEOUT_MS=60000"};
+                                  detail::cat("DCOMM_COMM_ID=127.0.0.1:", port),
+                                  "DCOMM_UNIQUE_ID=", "DCOMM_TIMEOUT_MS=60000"};
   env.insert(env.end(), extra.begin(), extra.end());
   return env;
 }
@@ -235,7 +242,8 @@ TEST_CASE("a job started after one that was killed during start-up: leftovers ne
   pid_t dead = fork();
   if (dead == 0) _exit(0);
   waitpid(dead, nullptr, 0);
-  const std::string leftover = detail::cat("/dev/shm/dcomm-", detail::pid_namespace(), "-", dead, "-1to0-0123456789abcdef");
+  const std::string leftover =
+      detail::cat("/dev/shm/dcomm-", detail::pid_namespace(), "-", dead, "-1to0-0123456789abcdef");
   const std::string old_style = "/dev/shm/dcomm-env0-1to0";
   for (const std::string& f : {leftover, old_style}) std::ofstream(f) << "left behind";
   const int port = free_port();
@@ -253,7 +261,8 @@ TEST_CASE("a stopped rank (SIGSTOP) is the one every survivor names, over shared
     // Rank 2 of 3 stops after 3 rounds; with a 3 s deadline the survivors time out: rank 0
     // waits on rank 2, rank 1 on rank 0, and both must name rank 2 (its heartbeats stopped),
     // not the neighbour they were waiting on.
-    auto p = spawn_local_ranks({kWorker, "stop", "2", "3"}, 3, {"DCOMM_TRANSPORT=" + transport, "DCOMM_TIMEOUT_MS=3000"});
+    auto p =
+        spawn_local_ranks({kWorker, "stop", "2", "3"}, 3, {"DCOMM_TRANSPORT=" + transport, "DCOMM_TIMEOUT_MS=3000"});
     REQUIRE(p.ok());
     Status s = wait_local_ranks(*p, 20s);  // the stopped rank never exits: it is killed at the end
     CHECK_MESSAGE(s.message().find("local ranks [2] did not exit") != std::string::npos, s.message());
@@ -277,7 +286,8 @@ TEST_CASE("a rank that gives up during set-up: the others learn why at once, not
   CHECK(wait_local_ranks(*p, 60s).ok());
   const auto took = std::chrono::steady_clock::now() - t0;
   check_all_exit(*p, 5);
-  CHECK_MESSAGE(took < 10s, "the set-up abort took ", std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), " ms");
+  CHECK_MESSAGE(took < 10s, "the set-up abort took ",
+                std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), " ms");
   for (int r : {0, 1}) {
     const std::string text = read_file(detail::cat(out, ".", r));
     CAPTURE(text);
@@ -292,8 +302,9 @@ TEST_CASE("job secrets: ranks with different DCOMM_SECRET are refused, saying so
   {
     const int port = free_port();
     auto p = spawn_processes({kWorker, "init"}, 2, [&](int r) {
-      return env_rank(r, 2, port, {detail::cat("DCOMM_SECRET=secret-of-", r), "DCOMM_TIMEOUT_MS=3000",
-                                   detail::cat("DCOMM_TEST_OUT=", out, ".", r)});
+      return env_rank(r, 2, port,
+                      {detail::cat("DCOMM_SECRET=secret-of-", r), "DCOMM_TIMEOUT_MS=3000",
+                       detail::cat("DCOMM_TEST_OUT=", out, ".", r)});
     });
     REQUIRE(p.ok());
     CHECK(wait_local_ranks(*p, 60s).ok());
@@ -302,7 +313,8 @@ TEST_CASE("job secrets: ranks with different DCOMM_SECRET are refused, saying so
   }
   {
     const int port = free_port();
-    auto p = spawn_processes({kWorker, "quick"}, 2, [&](int r) { return env_rank(r, 2, port, {"DCOMM_SECRET=shared"}); });
+    auto p =
+        spawn_processes({kWorker, "quick"}, 2, [&](int r) { return env_rank(r, 2, port, {"DCOMM_SECRET=shared"}); });
     REQUIRE(p.ok());
     CHECK(wait_local_ranks(*p, 60s).ok());
     check_all_exit(*p, 0);

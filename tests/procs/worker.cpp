@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
       auto child = Communicator::init(c.rank(), c.size(), *id);
       if (!child.ok()) return report("rank %d cycle %d: %s\n", c.rank(), i, child.status().message().c_str()), 1;
       std::vector<int32_t> v(1000, 1);
-      if (!(*child)->all_reduce(std::span(v), ReduceOp::kSum).ok()) return report("rank %d cycle %d failed\n", c.rank(), i), 1;
+      if (!(*child)->all_reduce(std::span(v), ReduceOp::kSum).ok())
+        return report("rank %d cycle %d failed\n", c.rank(), i), 1;
       if (!c.barrier().ok()) return 1;  // every rank done with the child before one aborts it
       if (i % 2 && c.rank() == 1) (*child)->abort("the test re-creates it");
       child->reset();

@@ -46,7 +46,8 @@ TEST_CASE("pack loops: reduce gives the host reducer's bits for every type, op, 
             for (int threads : {1, 3, 32}) {
               // Offsets in elements: equal (packs), and different (all scalar).
               for (Offsets off : {Offsets{0, 0, 0}, {1, 1, 1}, {3, 3, 3}, {0, 1, 0}, {2, 0, 1}}) {
-                const size_t oa = static_cast<size_t>(off.a), ob = static_cast<size_t>(off.b), od = static_cast<size_t>(off.d);
+                const size_t oa = static_cast<size_t>(off.a), ob = static_cast<size_t>(off.b),
+                             od = static_cast<size_t>(off.d);
                 const size_t pad = 32;
                 std::vector<uint8_t> a_raw((n + pad) * sizeof(T)), b_raw(a_raw.size());
                 for (auto& x : a_raw) x = static_cast<uint8_t>(rng());
@@ -59,9 +60,10 @@ TEST_CASE("pack loops: reduce gives the host reducer's bits for every type, op, 
                 ref.reduce(want.data() + od, pa, pb, n);
                 ref.finalize(want.data() + od, n);
                 run_team<T, Op>(threads, got.data() + od, got2.data() + od, pa, pb, n, divide_by);
-                bool same = same_values(got.data() + od, want.data() + od, n) && same_values(got2.data() + od, want.data() + od, n);
-                REQUIRE_MESSAGE(same, std::string(to_string(type)), " ", std::string(to_string(op)), " n ", n, " threads ", threads, " offsets ",
-                                oa, ",", ob, ",", od);
+                bool same = same_values(got.data() + od, want.data() + od, n) &&
+                            same_values(got2.data() + od, want.data() + od, n);
+                REQUIRE_MESSAGE(same, std::string(to_string(type)), " ", std::string(to_string(op)), " n ", n,
+                                " threads ", threads, " offsets ", oa, ",", ob, ",", od);
                 // In place into the first operand, no second output.
                 std::vector<T> inplace(a);
                 run_team<T, Op>(threads, inplace.data() + oa, nullptr, inplace.data() + oa, pb, n, divide_by);

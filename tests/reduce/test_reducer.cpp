@@ -41,17 +41,23 @@ TEST_CASE("host reducer: every type and op, over odd lengths, in place") {
         }
         for (size_t i = 0; i < n; ++i) {
           float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
-          float v = op == ReduceOp::kProd ? x * y : op == ReduceOp::kMin ? std::min(x, y) : op == ReduceOp::kMax ? std::max(x, y) : x + y;
+          float v = op == ReduceOp::kProd  ? x * y
+                    : op == ReduceOp::kMin ? std::min(x, y)
+                    : op == ReduceOp::kMax ? std::max(x, y)
+                                           : x + y;
           want[i] = T(v);
         }
         r->reduce(a.data(), a.data(), b.data(), n);  // in place into the first operand
-        for (size_t i = 0; i < n; ++i) CHECK_MESSAGE(static_cast<float>(a[i]) == static_cast<float>(want[i]), to_string(type), " ", to_string(op), " at ", i);
+        for (size_t i = 0; i < n; ++i)
+          CHECK_MESSAGE(static_cast<float>(a[i]) == static_cast<float>(want[i]), to_string(type), " ", to_string(op),
+                        " at ", i);
         return 0;
       });
     }
   }
   CHECK_FALSE(make_host_reducer(static_cast<DataType>(77), ReduceOp::kSum, 2).ok());
-  CHECK(make_host_reducer(DataType::kFloat32, static_cast<ReduceOp>(77), 2).status().message().find("op") != std::string::npos);
+  CHECK(make_host_reducer(DataType::kFloat32, static_cast<ReduceOp>(77), 2).status().message().find("op") !=
+        std::string::npos);
 }
 
 TEST_CASE("SIMD kernels of the 16-bit floats give the portable loops' bits") {
@@ -65,8 +71,10 @@ TEST_CASE("SIMD kernels of the 16-bit floats give the portable loops' bits") {
       std::vector<uint16_t> a(n), b(n), out_fast(n), out_ref(n);
       for (size_t i = 0; i < n; ++i) {
         // Random finite values of every magnitude, subnormals included (NaN payloads excluded).
-        do a[i] = static_cast<uint16_t>(rng()); while ((a[i] & 0x7c00) == 0x7c00 && type == DataType::kFloat16);
-        do b[i] = static_cast<uint16_t>(rng()); while ((b[i] & 0x7f80) == 0x7f80 && type == DataType::kBfloat16);
+        do a[i] = static_cast<uint16_t>(rng());
+        while ((a[i] & 0x7c00) == 0x7c00 && type == DataType::kFloat16);
+        do b[i] = static_cast<uint16_t>(rng());
+        while ((b[i] & 0x7f80) == 0x7f80 && type == DataType::kBfloat16);
         if (type == DataType::kBfloat16) a[i] &= 0xff7f;  // keep bf16 exponents below all-ones
       }
       fast.reduce(out_fast.data(), a.data(), b.data(), n);
@@ -74,7 +82,8 @@ TEST_CASE("SIMD kernels of the 16-bit floats give the portable loops' bits") {
       fast.finalize(out_fast.data(), n);
       ref.finalize(out_ref.data(), n);
       for (size_t i = 0; i < n; ++i)
-        REQUIRE_MESSAGE(out_fast[i] == out_ref[i], to_string(type), " ", to_string(op), " at ", i, ": ", a[i], ", ", b[i]);
+        REQUIRE_MESSAGE(out_fast[i] == out_ref[i], to_string(type), " ", to_string(op), " at ", i, ": ", a[i], ", ",
+                        b[i]);
     }
   }
 }

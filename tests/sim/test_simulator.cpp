@@ -49,7 +49,8 @@ TEST_CASE("simulator: broken schedules are reported, not passed") {
   CHECK(simulate(twice, SimCollective::kAllReduce, count, 4, 0, net).error.find("finalized 2x") != std::string::npos);
   auto copy_not_reduce = rd;
   for (auto& s : copy_not_reduce) s[0].reduce = false;  // the first exchange overwrites instead of adding
-  CHECK(simulate(copy_not_reduce, SimCollective::kAllReduce, count, 4, 0, net).error.find("contributions") != std::string::npos);
+  CHECK(simulate(copy_not_reduce, SimCollective::kAllReduce, count, 4, 0, net).error.find("contributions") !=
+        std::string::npos);
   auto lone = rd;
   lone[0].insert(lone[0].begin(), detail::recv_only(3, {0, count}, false, false));  // nobody sends it
   CHECK(simulate(lone, SimCollective::kAllReduce, count, 4, 0, net).error.find("deadlock") != std::string::npos);
@@ -82,7 +83,7 @@ TEST_CASE("simulator at scale: 65,536 ranks; tree and recursive doubling latency
 // ahead) the prediction stays near that bound; in the fixed order it had before, each tree's
 // slices waited for the other's at every level, and it was 6x slower than the single tree.
 TEST_CASE("simulator: the double binary tree at large sizes takes at most 0.6x the single tree's time") {
-  SimNetwork net;  // 8 ranks per host, 400 Gb/s NICs
+  SimNetwork net;                         // 8 ranks per host, 400 Gb/s NICs
   const size_t count = size_t{64} << 20;  // 256 MiB of float
   for (int n : {64, 256, 1024}) {
     CAPTURE(n);

@@ -57,7 +57,8 @@ class Child {
         buf_.erase(0, nl + 1);
         return l;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
       if (left <= 0) return "";
       pollfd p{out_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left)) <= 0) return "";

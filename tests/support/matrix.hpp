@@ -113,9 +113,8 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
         T* rs_dst = in_place ? rs_in.data() + static_cast<size_t>(rank) * count : rs_out.data();
         what = name("reduce_scatter", op, count, in_place);
         if (call(what, c.reduce_scatter(rs_in.data(), rs_dst, count, t, op)))
-          check<T>(rep, what, rs_dst, count, [&](size_t i) {
-            return expected_reduction<T>(t, op, size, static_cast<size_t>(rank) * count + i);
-          });
+          check<T>(rep, what, rs_dst, count,
+                   [&](size_t i) { return expected_reduction<T>(t, op, size, static_cast<size_t>(rank) * count + i); });
 
         // reduce to a root that moves with the count
         int root = static_cast<int>((count + static_cast<size_t>(op)) % usize);
@@ -132,13 +131,15 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
       fill(ag_in, t, ReduceOp::kSum, rank);
       T* ag_src = ag_in.data();
       if (in_place) {
-        std::copy(ag_in.begin(), ag_in.end(), ag_out.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(rank) * count));
+        std::copy(ag_in.begin(), ag_in.end(),
+                  ag_out.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(rank) * count));
         ag_src = ag_out.data() + static_cast<size_t>(rank) * count;
       }
       std::string what = name("all_gather", ReduceOp::kSum, count, in_place);
       if (call(what, c.all_gather(ag_src, ag_out.data(), count, t)))
         check<T>(rep, what, ag_out.data(), count * usize, [&](size_t i) {
-          return from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(i / std::max<size_t>(count, 1)), i % std::max<size_t>(count, 1)));
+          return from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(i / std::max<size_t>(count, 1)),
+                                         i % std::max<size_t>(count, 1)));
         });
 
       // broadcast from a root that moves with the count
@@ -148,7 +149,8 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
       T* b_dst = in_place ? b_in.data() : b_out.data();
       what = name("broadcast", ReduceOp::kSum, count, in_place) + dcomm::detail::cat(" root ", root);
       if (call(what, c.broadcast(b_in.data(), b_dst, count, t, root)))
-        check<T>(rep, what, b_dst, count, [&](size_t i) { return from_int<T>(input_value(t, ReduceOp::kSum, root, i)); });
+        check<T>(rep, what, b_dst, count,
+                 [&](size_t i) { return from_int<T>(input_value(t, ReduceOp::kSum, root, i)); });
     }
 
     // all-to-all through one p2p batch (self included), then a ring shift with send_recv.
@@ -163,22 +165,23 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
     if (call(what, c.p2p(ops)))
       check<T>(rep, what, a2a_out.data(), count * usize, [&](size_t i) {
         size_t from = i / std::max<size_t>(count, 1), j = i % std::max<size_t>(count, 1);
-        return from_int<T>(input_value(t, ReduceOp::kSum, static_cast<int>(from), static_cast<size_t>(rank) * count + j));
+        return from_int<T>(
+            input_value(t, ReduceOp::kSum, static_cast<int>(from), static_cast<size_t>(rank) * count + j));
       });
     Buf<T> shift_in(count, al), shift_out(count, al);
     fill(shift_in, t, ReduceOp::kSum, rank);
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     what = name("send_recv ring shift", ReduceOp::kSum, count, false);
     if (call(what, c.send_recv(shift_in.data(), count, next, shift_out.data(), count, prev, t)))
-      check<T>(rep, what, shift_out.data(), count, [&](size_t i) { return from_int<T>(input_value(t, ReduceOp::kSum, prev, i)); });
+      check<T>(rep, what, shift_out.data(), count,
+               [&](size_t i) { return from_int<T>(input_value(t, ReduceOp::kSum, prev, i)); });
   }
 }
 }  // namespace detail
 
 inline MatrixReport run_matrix(Communicator& c, const MatrixOptions& m) {
   MatrixReport rep;
-  for (DataType t : m.types)
-    dispatch_type(t, [&]<class T>() { detail::run_type<T>(c, t, m, rep); });
+  for (DataType t : m.types) dispatch_type(t, [&]<class T>() { detail::run_type<T>(c, t, m, rep); });
   Status s = c.barrier();
   if (!s.ok()) rep.fail("final barrier: " + s.message());
   return rep;

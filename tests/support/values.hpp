@@ -47,7 +47,9 @@ template <class T>
 bool same_value(const T& a, const T& b) {
   if (same_bits(a, b)) return true;
   if constexpr (std::is_integral_v<T>) return false;
-  else return std::isnan(static_cast<double>(static_cast<float>(a))) && std::isnan(static_cast<double>(static_cast<float>(b)));
+  else
+    return std::isnan(static_cast<double>(static_cast<float>(a))) &&
+           std::isnan(static_cast<double>(static_cast<float>(b)));
 }
 
 // The reduction of input_value over all ranks at index i, as T.

@@ -41,8 +41,8 @@ TEST_CASE("topology file: every kind of path between devices, as nvidia-smi topo
   CHECK(path_between(d[0], d[2]) == PathType::kPxb);   // switches under one upstream bridge
   CHECK(path_between(d[0], d[3]) == PathType::kNode);  // two host bridges of NUMA node 0
   CHECK(path_between(d[2], d[3]) == PathType::kNode);
-  CHECK(path_between(d[3], d[4]) == PathType::kSys);   // across NUMA nodes
-  CHECK(path_between(d[4], d[5]) == PathType::kPhb);   // only the host bridge in common
+  CHECK(path_between(d[3], d[4]) == PathType::kSys);  // across NUMA nodes
+  CHECK(path_between(d[4], d[5]) == PathType::kPhb);  // only the host bridge in common
   CHECK(path_between(d[1], d[0]) == path_between(d[0], d[1]));
   std::string m = t->matrix();
   CHECK(m.find("cuda0    X        PIX      PXB      NODE     SYS      SYS      0") != std::string::npos);
@@ -68,7 +68,8 @@ TEST_CASE("ring order from the topology: host, NUMA node, PCIe path") {
   CHECK(!place_at_device(*t, "cuda9", none));
   // Without devices: by host, then NUMA node, then rank.
   std::vector<RankPlace> cpus(6);
-  for (int r = 0; r < 6; ++r) cpus[static_cast<size_t>(r)].host = r % 2, cpus[static_cast<size_t>(r)].numa = r % 3 == 0 ? 1 : 0;
+  for (int r = 0; r < 6; ++r)
+    cpus[static_cast<size_t>(r)].host = r % 2, cpus[static_cast<size_t>(r)].numa = r % 3 == 0 ? 1 : 0;
   CHECK(ring_order(cpus) == std::vector<int>{2, 4, 0, 1, 5, 3});
   CHECK(detail::parse_id_list("0-3,8,10-11") == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
   CHECK(numa_node_of_this_thread() >= -1);

@@ -17,8 +17,8 @@ TEST_CASE("mem_alloc: page-aligned memory the registry finds by address, freed o
   RegionRef whole = reg.find(base, 10000);
   CHECK(whole.fd >= 0);
   CHECK(reg.find(base + 100, 50).generation == whole.generation);
-  CHECK(reg.find(base, 12288).fd >= 0);    // rounded up to pages
-  CHECK(reg.find(base, 12289).fd < 0);     // runs past the end
+  CHECK(reg.find(base, 12288).fd >= 0);  // rounded up to pages
+  CHECK(reg.find(base, 12289).fd < 0);   // runs past the end
   int stack_value = 0;
   CHECK(reg.find(&stack_value, sizeof stack_value).fd < 0);
   CHECK(mem_free(base).ok());

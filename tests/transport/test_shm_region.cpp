@@ -14,7 +14,7 @@ using namespace dcomm;
 
 namespace {
 bool exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
 }
 }  // namespace

@@ -34,7 +34,8 @@ Status device_reduce(DeviceHandle* d, const void* send, void* recv, size_t count
                      void* stream) {
   return d->comm->reduce(send, recv, count, type, op, root, as_stream(stream));
 }
-Status device_all_gather(DeviceHandle* d, const void* send, void* recv, size_t send_count, DataType type, void* stream) {
+Status device_all_gather(DeviceHandle* d, const void* send, void* recv, size_t send_count, DataType type,
+                         void* stream) {
   return d->comm->all_gather(send, recv, send_count, type, as_stream(stream));
 }
 Status device_reduce_scatter(DeviceHandle* d, const void* send, void* recv, size_t recv_count, DataType type,

@@ -35,7 +35,8 @@ inline Status hierarchical_all_reduce(const PeerSet& ps, const std::vector<int>&
   std::vector<int> local, leaders;
   for (int x = 0; x < ps.size(); ++x) {
     if (host_of[static_cast<size_t>(x)] == me) local.push_back(x);
-    if (static_cast<int>(leaders.size()) == host_of[static_cast<size_t>(x)]) leaders.push_back(x);  // first rank of a new host
+    if (static_cast<int>(leaders.size()) == host_of[static_cast<size_t>(x)])
+      leaders.push_back(x);  // first rank of a new host
   }
   Reducer partial = r;  // the average divides once, on the leaders, after the last sum
   partial.divide = nullptr;

@@ -48,7 +48,8 @@ inline Status ordered_fold(const std::vector<PeerPort*>& ports, int rank, const 
     if (p == rank) continue;
     const OrderedBlock theirs = blocks[static_cast<size_t>(p)];
     ops.push_back(P2POp::send(input + theirs.begin * eb, theirs.size * eb, DataType::kUint8, p));
-    ops.push_back(P2POp::recv(scratch.data() + static_cast<size_t>(p) * mine.size * eb, mine.size * eb, DataType::kUint8, p));
+    ops.push_back(
+        P2POp::recv(scratch.data() + static_cast<size_t>(p) * mine.size * eb, mine.size * eb, DataType::kUint8, p));
   }
   DCOMM_RETURN_IF_ERROR(run_p2p(ops, rank, ports, config));
   // In place (out is this rank's own input block), its contribution is kept aside first:
@@ -79,7 +80,8 @@ inline Status ordered_all_reduce(const std::vector<PeerPort*>& ports, int rank, 
   const auto blocks = ordered_blocks(count, n);
   char* out = static_cast<char*>(recv);
   const OrderedBlock mine = blocks[static_cast<size_t>(rank)];
-  DCOMM_RETURN_IF_ERROR(ordered_fold(ports, rank, r, static_cast<const char*>(send), blocks, out + mine.begin * eb, scratch, config));
+  DCOMM_RETURN_IF_ERROR(
+      ordered_fold(ports, rank, r, static_cast<const char*>(send), blocks, out + mine.begin * eb, scratch, config));
   std::vector<P2POp> ops;  // then every rank's folded block to every rank
   for (int p = 0; p < n; ++p) {
     if (p == rank) continue;
@@ -96,12 +98,14 @@ inline Status ordered_reduce_scatter(const std::vector<PeerPort*>& ports, int ra
   const int n = static_cast<int>(ports.size());
   std::vector<OrderedBlock> blocks(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) blocks[static_cast<size_t>(p)] = {static_cast<size_t>(p) * recv_count, recv_count};
-  return ordered_fold(ports, rank, r, static_cast<const char*>(send), blocks, static_cast<char*>(recv), scratch, config);
+  return ordered_fold(ports, rank, r, static_cast<const char*>(send), blocks, static_cast<char*>(recv), scratch,
+                      config);
 }
 
 // The root gathers the folded blocks; recv is written on the root only.
-inline Status ordered_reduce(const std::vector<PeerPort*>& ports, int rank, int root, const Reducer& r, const void* send,
-                             void* recv, size_t count, std::vector<char>& scratch, const Config& config) {
+inline Status ordered_reduce(const std::vector<PeerPort*>& ports, int rank, int root, const Reducer& r,
+                             const void* send, void* recv, size_t count, std::vector<char>& scratch,
+                             const Config& config) {
   const int n = static_cast<int>(ports.size());
   const size_t eb = r.elem_bytes;
   const auto blocks = ordered_blocks(count, n);

@@ -41,7 +41,8 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != P2POp::Kind::kSend || ops[i].peer == rank) continue;
     bool clobbered = false;
-    for (const auto& r : ops) clobbered |= r.kind == P2POp::Kind::kRecv && r.peer != rank && detail::overlaps(ops[i], r);
+    for (const auto& r : ops)
+      clobbered |= r.kind == P2POp::Kind::kRecv && r.peer != rank && detail::overlaps(ops[i], r);
     if (!clobbered) continue;
     if (own.empty()) own.assign(ops.begin(), ops.end());
     const char* src = static_cast<const char*>(ops[i].buffer);
@@ -138,7 +139,8 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
       // A step of a collective that stalls: are the peers in this call at all?
       for (size_t i = 0; i < ops.size(); ++i)
         if (!state[i].finished)
-          DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(ops[i].peer)]->diagnose_stall(ops[i].kind == P2POp::Kind::kSend));
+          DCOMM_RETURN_IF_ERROR(
+              ports[static_cast<size_t>(ops[i].peer)]->diagnose_stall(ops[i].kind == P2POp::Kind::kSend));
       diagnosis.emplace(config.timeout);
     }
   }

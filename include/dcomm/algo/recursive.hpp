@@ -49,11 +49,13 @@ inline Status run_schedule(const std::vector<PeerPort*>& ports, int rank, const 
     }
     const bool overlap = st.send_peer >= 0 && st.send.begin < st.recv.end && st.recv.begin < st.send.end;
     const bool staged = st.reduce && overlap;
-    if (staged && !tmp) return make_error(ErrorCode::kInternal, "schedule folds into a range it sends, without a buffer");
+    if (staged && !tmp)
+      return make_error(ErrorCode::kInternal, "schedule folds into a range it sends, without a buffer");
     char* dst = buf + st.recv.begin * eb;
     P2POp ops[2];
     size_t n = 0;
-    if (st.send_peer >= 0) ops[n++] = P2POp::send(buf + st.send.begin * eb, st.send.size() * eb, DataType::kUint8, st.send_peer);
+    if (st.send_peer >= 0)
+      ops[n++] = P2POp::send(buf + st.send.begin * eb, st.send.size() * eb, DataType::kUint8, st.send_peer);
     if (st.recv_peer >= 0) {
       ops[n] = P2POp::recv(staged ? tmp : dst, st.recv.size() * eb, DataType::kUint8, st.recv_peer);
       if (st.reduce && !staged) ops[n].fold = r, ops[n].peer_first = st.peer_first;
@@ -113,8 +115,8 @@ inline Status halving_reduce_scatter(const PeerSet& ps, const std::vector<int>& 
   const size_t block = recv_count * r.elem_bytes, total = block * static_cast<size_t>(ps.size());
   char* work = detail::scratch_of(scratch, total);  // a working copy of the input
   for (size_t p = 0; p < static_cast<size_t>(ps.size()); ++p)
-    std::memcpy(work + p * block, static_cast<const char*>(send) + (order.empty() ? p : static_cast<size_t>(order[p])) * block,
-                block);
+    std::memcpy(work + p * block,
+                static_cast<const char*>(send) + (order.empty() ? p : static_cast<size_t>(order[p])) * block, block);
   DCOMM_RETURN_IF_ERROR(run_schedule(ps.ports, ps.rank, ps.config,
                                      schedule_halving_reduce_scatter(ps.size(), ps.rank, recv_count), &r, r.elem_bytes,
                                      work));

@@ -60,8 +60,13 @@ struct Fold {
 };
 
 inline Step transfer(int peer, Range send, Range recv, bool reduce = false, bool peer_first = false) {
-  return {Step::Kind::kTransfer, send.size() || recv.size() ? peer : -1, send, recv.size() || send.size() ? peer : -1,
-          recv, reduce, peer_first};
+  return {Step::Kind::kTransfer,
+          send.size() || recv.size() ? peer : -1,
+          send,
+          recv.size() || send.size() ? peer : -1,
+          recv,
+          reduce,
+          peer_first};
 }
 inline Step send_only(int peer, Range r) { return {Step::Kind::kTransfer, peer, r, -1, {}, false, false}; }
 inline Step recv_only(int peer, Range r, bool reduce, bool peer_first) {
@@ -159,7 +164,8 @@ inline Schedule schedule_doubling_all_gather(int n, int x, size_t per) {
   if (n == 1) return {};
   if (f.sits_out(x)) return {detail::send_only(x + 1, mine), detail::recv_only(x + 1, {0, total}, false, false)};
   Schedule s;
-  if (f.takes_extra(x)) s.push_back(detail::recv_only(x - 1, {per * static_cast<size_t>(x - 1), mine.begin}, false, false));
+  if (f.takes_extra(x))
+    s.push_back(detail::recv_only(x - 1, {per * static_cast<size_t>(x - 1), mine.begin}, false, false));
   auto edge = [&](int u) { return static_cast<size_t>(f.group_begin(u)) * per; };
   detail::doubling(s, f, f.virtual_of(x), edge);
   if (f.takes_extra(x)) s.push_back(detail::send_only(x - 1, {0, total}));

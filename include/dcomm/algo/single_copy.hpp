@@ -32,18 +32,19 @@ DCOMM_NAMESPACE_BEGIN
 
 namespace detail {
 struct BufferDescriptor {
-  uint64_t address;     // the input (broadcast: the buffer read)
+  uint64_t address;  // the input (broadcast: the buffer read)
   uint64_t bytes;
-  uint64_t output = 0;  // all_reduce, all_gather: where peers write their results
-  uint64_t split = 0;   // broadcast: where the receivers stop reading (the root writes the rest)
+  uint64_t output = 0;                    // all_reduce, all_gather: where peers write their results
+  uint64_t split = 0;                     // broadcast: where the receivers stop reading (the root writes the rest)
   RegionRef input_region, output_region;  // set when the buffer is in a dcomm::mem_alloc block
 };
 
 // This rank's buffers as its peers need them: `in` of `bytes` and `out` of `out_bytes`.
 inline BufferDescriptor describe(const void* in, size_t bytes, const void* out = nullptr, size_t out_bytes = 0,
                                  uint64_t split = 0) {
-  return {reinterpret_cast<uint64_t>(in), bytes, reinterpret_cast<uint64_t>(out), split, local_region(in, bytes),
-          out ? local_region(out, out_bytes) : RegionRef{}};
+  return {reinterpret_cast<uint64_t>(in),  bytes,
+          reinterpret_cast<uint64_t>(out), split,
+          local_region(in, bytes),         out ? local_region(out, out_bytes) : RegionRef{}};
 }
 
 // Receives a peer's descriptor (its buffers' addresses), checking the size it offers.
@@ -105,7 +106,8 @@ inline Status push_to_peers(const std::vector<PeerPort*>& ports, int rank, const
   const int size = static_cast<int>(ports.size());
   for (int k = 1; k < size; ++k) {
     const size_t p = static_cast<size_t>((rank + k) % size);
-    DCOMM_RETURN_IF_ERROR(ports[p]->write_remote(peers[p].output + at, from, bytes, peers[p].output_region, /*stream=*/true));
+    DCOMM_RETURN_IF_ERROR(
+        ports[p]->write_remote(peers[p].output + at, from, bytes, peers[p].output_region, /*stream=*/true));
   }
   return {};
 }
@@ -117,8 +119,8 @@ inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int ra
                                      size_t bytes_per_rank) {
   const size_t at = static_cast<size_t>(rank) * bytes_per_rank;
   char* own = static_cast<char*>(recv) + at;
-  auto peers = detail::swap_descriptors(
-      ports, rank, detail::describe(send, bytes_per_rank, recv, bytes_per_rank * ports.size()));
+  auto peers = detail::swap_descriptors(ports, rank,
+                                        detail::describe(send, bytes_per_rank, recv, bytes_per_rank * ports.size()));
   if (!peers.ok()) return peers.status();
   // Out of place, the copy into this rank's output streams past the cache; the pushes read
   // the input tile the copy just brought into it.
@@ -257,7 +259,8 @@ inline Result<bool> single_copy_reduce_scatter(const std::vector<PeerPort*>& por
 // the lines first); otherwise it returns false having moved no data, and every rank knows it
 // alike from the descriptors, so all fall back to another algorithm together.
 inline Result<bool> single_copy_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
-                                           const void* send, void* recv, size_t count, bool only_if_registered = false) {
+                                           const void* send, void* recv, size_t count,
+                                           bool only_if_registered = false) {
   const int size = static_cast<int>(ports.size());
   const size_t eb = r.elem_bytes;
   const ChunkedBuffer chunks{count, size};

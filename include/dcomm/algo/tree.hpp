@@ -29,7 +29,9 @@ struct BinaryTree {
   // The tree over `size` positions rooted at `root_pos` (ignored when mirrored: the mirror is
   // rooted at position size-1), seen from position `pos`.
   BinaryTree(int size, int root_pos, int pos, bool mirrored = false)
-      : n(size), root(mirrored ? size - 1 : root_pos), rel(mirrored ? size - 1 - pos : (pos - root_pos + size) % size),
+      : n(size),
+        root(mirrored ? size - 1 : root_pos),
+        rel(mirrored ? size - 1 - pos : (pos - root_pos + size) % size),
         mirror(mirrored) {}
 
   int real(int i) const { return mirror ? n - 1 - i : (i + root) % n; }

@@ -125,13 +125,16 @@ inline std::string greeting(std::string_view magic, const Nonce& nonce_a) {
   g.resize(kMagicBytes, '\0');
   return g.append(view(nonce_a));
 }
-inline Mac connector_mac(const JobSecret& s, std::string_view magic, const Nonce& a, const Nonce& c, std::string_view payload) {
+inline Mac connector_mac(const JobSecret& s, std::string_view magic, const Nonce& a, const Nonce& c,
+                         std::string_view payload) {
   return mac_of(s, {"dcomm-connector", magic, view(a), view(c), payload});
 }
-inline Mac acceptor_mac(const JobSecret& s, std::string_view magic, const Nonce& a, const Nonce& c, std::string_view payload) {
+inline Mac acceptor_mac(const JobSecret& s, std::string_view magic, const Nonce& a, const Nonce& c,
+                        std::string_view payload) {
   return mac_of(s, {"dcomm-acceptor", magic, view(c), view(a), payload});
 }
-inline std::string response(const JobSecret& s, std::string_view magic, const Nonce& a, const Nonce& c, std::string_view payload) {
+inline std::string response(const JobSecret& s, std::string_view magic, const Nonce& a, const Nonce& c,
+                            std::string_view payload) {
   std::string r(view(c));
   detail::put_pod<uint32_t>(r, static_cast<uint32_t>(payload.size()));
   r.append(payload);
@@ -143,7 +146,7 @@ inline std::string response(const JobSecret& s, std::string_view magic, const No
 enum class Verdict { kIncomplete, kGood, kBad };
 struct Checked {
   Verdict verdict = Verdict::kIncomplete;
-  size_t used = 0;       // bytes of buf the response took (kGood)
+  size_t used = 0;  // bytes of buf the response took (kGood)
   Nonce nonce_c{};
   std::string payload;
   const char* why = "";  // kBad: what was wrong
@@ -182,8 +185,8 @@ inline Status connect_handshake(int fd, const JobSecret& s, std::string_view mag
   std::string want(magic.substr(0, kMagicBytes));
   want.resize(kMagicBytes, '\0');
   if (Status s = recv_all(fd, g, sizeof g, deadline); !s.ok())
-    return make_error(ErrorCode::kPeerFailure, "no ", want.c_str(), " greeting (not a dcomm endpoint, or a busy one): ",
-                      s.message());
+    return make_error(ErrorCode::kPeerFailure, "no ", want.c_str(),
+                      " greeting (not a dcomm endpoint, or a busy one): ", s.message());
   if (std::memcmp(g, want.data(), kMagicBytes) != 0)
     return make_error(ErrorCode::kPeerFailure, "the other side is not a dcomm ", want.c_str(), " endpoint");
   Nonce a{};
@@ -206,8 +209,8 @@ inline Status connect_handshake(int fd, const JobSecret& s, std::string_view mag
 
 // The acceptor's side over a blocking socket; returns the connector's payload, or why it was
 // refused (the caller closes the socket).
-inline Result<std::string> accept_handshake(int fd, const JobSecret& s, std::string_view magic, const Deadline& deadline,
-                                            size_t max_payload = kMaxPayloadBytes) {
+inline Result<std::string> accept_handshake(int fd, const JobSecret& s, std::string_view magic,
+                                            const Deadline& deadline, size_t max_payload = kMaxPayloadBytes) {
   std::string want(magic.substr(0, kMagicBytes));
   want.resize(kMagicBytes, '\0');
   const Nonce a = fresh_nonce();
@@ -219,7 +222,8 @@ inline Result<std::string> accept_handshake(int fd, const JobSecret& s, std::str
   const uint32_t len = detail::get_pod<uint32_t>(buf.data() + kNonceBytes);
   if (len > max_payload) return make_error(ErrorCode::kPeerFailure, "a connection announced an oversized hello");
   buf.resize(buf.size() + len + kMacBytes);
-  DCOMM_RETURN_IF_ERROR(recv_all(fd, buf.data() + kNonceBytes + 4, len + kMacBytes, deadline).with_context("authentication"));
+  DCOMM_RETURN_IF_ERROR(
+      recv_all(fd, buf.data() + kNonceBytes + 4, len + kMacBytes, deadline).with_context("authentication"));
   Checked c = check_response(s, want, a, buf, max_payload);
   if (c.verdict != Verdict::kGood) return make_error(ErrorCode::kPeerFailure, "a connection ", c.why);
   const Mac proof = acceptor_mac(s, want, a, c.nonce_c, c.payload);

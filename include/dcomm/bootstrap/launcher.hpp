@@ -153,9 +153,11 @@ struct UniqueId {
   static Result<UniqueId> parse(const std::string& text) {
     constexpr size_t kNonceAt = 7, kSecretAt = kNonceAt + 17, kAt = kSecretAt + 2 * JobSecret::kBytes;
     const auto bad = [&] {
-      return invalid_argument("'", text.substr(0, 120), "' is not a dcomm unique id (dcomm2:<16 hex digits>:<64 hex digits>@host:port)");
+      return invalid_argument("'", text.substr(0, 120),
+                              "' is not a dcomm unique id (dcomm2:<16 hex digits>:<64 hex digits>@host:port)");
     };
-    if (text.size() <= kAt + 1 || text.rfind("dcomm2:", 0) != 0 || text[kSecretAt - 1] != ':' || text[kAt] != '@') return bad();
+    if (text.size() <= kAt + 1 || text.rfind("dcomm2:", 0) != 0 || text[kSecretAt - 1] != ':' || text[kAt] != '@')
+      return bad();
     auto nonce = detail::from_hex(std::string_view(text).substr(kNonceAt, 16));
     auto key = detail::from_hex(std::string_view(text).substr(kSecretAt, 2 * JobSecret::kBytes));
     if (!nonce || !key) return bad();
@@ -175,7 +177,7 @@ struct LaunchInfo {
   std::string launcher;  // "torchrun", "mpirun", "srun", "dcomm"
   int rank = -1;
   int size = -1;
-  int local_rank = -1;   // as the launcher says; dcomm also derives it from the hosts
+  int local_rank = -1;  // as the launcher says; dcomm also derives it from the hosts
   SocketAddress rendezvous;
   bool host_store = false;  // this process serves the store (rank 0 of an address rendezvous)
   int port_span = 1;        // the store is on the first free of rendezvous.port .. + port_span - 1
@@ -201,7 +203,8 @@ struct Rendezvous {
   int port_span = 1;
 };
 
-inline Result<Rendezvous> rendezvous_from_env(const std::string& launcher, bool single_host, const std::string& job_key) {
+inline Result<Rendezvous> rendezvous_from_env(const std::string& launcher, bool single_host,
+                                              const std::string& job_key) {
   std::string id = env_or("DCOMM_COMM_ID");
   if (!id.empty()) {
     auto a = parse_address(id);
@@ -221,7 +224,8 @@ inline Result<Rendezvous> rendezvous_from_env(const std::string& launcher, bool 
     for (char c : job_key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
     return Rendezvous{{"127.0.0.1", static_cast<int>(40000 + h % 20000)}, 16};
   }
-  return invalid_argument(launcher, " launched this process but no rendezvous address is set: set DCOMM_COMM_ID=host:port "
+  return invalid_argument(launcher,
+                          " launched this process but no rendezvous address is set: set DCOMM_COMM_ID=host:port "
                           "(or MASTER_ADDR and MASTER_PORT) to a free port on the host of rank 0");
 }
 }  // namespace detail
@@ -253,8 +257,9 @@ inline Result<LaunchInfo> detect_launch() {
     single_host = env_or("SLURM_NNODES", env_or("SLURM_JOB_NUM_NODES")) == "1";
     job_key = env_or("SLURM_JOB_ID") + "." + env_or("SLURM_STEP_ID");
   } else {
-    return invalid_argument("no launcher environment found: expected torchrun's RANK/WORLD_SIZE, mpirun's "
-                            "OMPI_COMM_WORLD_RANK/SIZE or srun's SLURM_PROCID/SLURM_NTASKS");
+    return invalid_argument(
+        "no launcher environment found: expected torchrun's RANK/WORLD_SIZE, mpirun's "
+        "OMPI_COMM_WORLD_RANK/SIZE or srun's SLURM_PROCID/SLURM_NTASKS");
   }
   auto rank = detail::env_int(rank_var);
   auto size = detail::env_int(size_var);
@@ -284,13 +289,16 @@ inline Result<LaunchInfo> detect_launch() {
   info.port_span = where->port_span;
   // torchrun's agent already serves its own store on MASTER_PORT; dcomm's goes on the first
   // free port after it (its own client sockets may hold the next one).
-  if (info.launcher == "torchrun" && env_or("DCOMM_COMM_ID").empty() && !env_or("TORCHELASTIC_USE_AGENT_STORE").empty()) {
+  if (info.launcher == "torchrun" && env_or("DCOMM_COMM_ID").empty() &&
+      !env_or("TORCHELASTIC_USE_AGENT_STORE").empty()) {
     info.rendezvous.port += 1;
     info.port_span = 16;
-    job_key = detail::cat("torchrun ", env_or("TORCHELASTIC_RUN_ID"), " ", env_or("MASTER_ADDR"), ":", env_or("MASTER_PORT"));
+    job_key =
+        detail::cat("torchrun ", env_or("TORCHELASTIC_RUN_ID"), " ", env_or("MASTER_ADDR"), ":", env_or("MASTER_PORT"));
   }
   // Ranks that scan ports must not join another job's store on one of them.
-  if (info.port_span > 1) info.access.job_tag = detail::cat(info.launcher, " ", job_key).substr(0, auth::kMaxPayloadBytes);
+  if (info.port_span > 1)
+    info.access.job_tag = detail::cat(info.launcher, " ", job_key).substr(0, auth::kMaxPayloadBytes);
   info.host_store = info.rank == 0;
   return info;
 }

@@ -24,7 +24,7 @@ DCOMM_NAMESPACE_BEGIN
 
 struct LocalRanks {
   std::vector<pid_t> pids;
-  std::vector<int> exit_codes;  // -signal for a child killed by a signal
+  std::vector<int> exit_codes;         // -signal for a child killed by a signal
   std::shared_ptr<StoreServer> store;  // the rendezvous store served here, for as long as the ranks run
 };
 

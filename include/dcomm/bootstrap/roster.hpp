@@ -81,8 +81,9 @@ inline Result<PeerInfo> deserialize(const std::string& text) {
   };
   PeerInfo p;
   unsigned long long rank = 0, pid = 0, process = 0, probe = 0, rdma = 0, built = 0;
-  if (!number(line[0], INT32_MAX, &rank) || !number(line[3], INT32_MAX, &pid) || !number(line[5], UINT64_MAX, &process) ||
-      !number(line[6], UINT64_MAX, &probe) || !number(line[7], 1, &rdma) || !number(line[8], INT32_MAX, &built))
+  if (!number(line[0], INT32_MAX, &rank) || !number(line[3], INT32_MAX, &pid) ||
+      !number(line[5], UINT64_MAX, &process) || !number(line[6], UINT64_MAX, &probe) || !number(line[7], 1, &rdma) ||
+      !number(line[8], INT32_MAX, &built))
     return make_error(ErrorCode::kInternal, "an unreadable roster entry");
   p.rank = static_cast<int>(rank), p.pid = static_cast<int>(pid), p.process_id = process, p.probe_addr = probe;
   p.rdma = rdma == 1, p.built = static_cast<int>(built);
@@ -143,8 +144,9 @@ inline Result<std::vector<PeerInfo>> exchange_roster(StoreClient& store, const s
   if (!roster.ok()) {
     if (roster.status().code() == ErrorCode::kTimeout)
       return make_error(ErrorCode::kTimeout, "only ", *arrived, " of ", size, " ranks had reached the rendezvous at ",
-                        store.server_address().to_string(), " when this rank arrived, and the rest did not come within ",
-                        store.timeout().count(), " ms (DCOMM_TIMEOUT_MS)");
+                        store.server_address().to_string(),
+                        " when this rank arrived, and the rest did not come within ", store.timeout().count(),
+                        " ms (DCOMM_TIMEOUT_MS)");
     return roster.status();
   }
   if (*roster != "ok") return invalid_argument("bootstrap failed: ", *roster);
@@ -154,7 +156,8 @@ inline Result<std::vector<PeerInfo>> exchange_roster(StoreClient& store, const s
     if (!info.ok()) return info.status();
     auto peer = detail::deserialize(*info);
     if (!peer.ok() || peer->rank != r)
-      return make_error(ErrorCode::kInternal, "rank ", r, " published an unreadable roster entry: ", peer.status().message());
+      return make_error(ErrorCode::kInternal, "rank ", r,
+                        " published an unreadable roster entry: ", peer.status().message());
     peers[static_cast<size_t>(r)] = *peer;
   }
   DCOMM_LOG(kInfo, kSubsysBootstrap, rank, "roster of ", size, " ranks complete through the store at ",

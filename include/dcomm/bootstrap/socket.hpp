@@ -164,7 +164,8 @@ inline Result<std::string> interface_ip(const std::string& ifname) {
     }
   }
   freeifaddrs(list);
-  if (found.empty()) return invalid_argument("DCOMM_SOCKET_IFNAME=", ifname, ": no interface with an IPv4 address by that name");
+  if (found.empty())
+    return invalid_argument("DCOMM_SOCKET_IFNAME=", ifname, ": no interface with an IPv4 address by that name");
   return found;
 }
 

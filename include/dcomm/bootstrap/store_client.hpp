@@ -47,16 +47,18 @@ class StoreClient {
           last = s.status();
           continue;
         }
-        Status h = auth::connect_handshake(s->fd(), access.secret, kStoreMagic, access.job_tag,
-                                           Deadline(std::chrono::milliseconds(std::min<long long>(timeout.count(), 2000))));
+        Status h =
+            auth::connect_handshake(s->fd(), access.secret, kStoreMagic, access.job_tag,
+                                    Deadline(std::chrono::milliseconds(std::min<long long>(timeout.count(), 2000))));
         if (h.ok()) return std::unique_ptr<StoreClient>(new StoreClient(std::move(*s), at, timeout, *limits));
         last = h.with_context(detail::cat("rendezvous store at ", at.to_string()));
         // A store that refused us is up: with one port to try, waiting will not change that.
         if (port_span == 1 && h.code() == ErrorCode::kInvalidArgument) return last;
       }
       if (deadline.expired())
-        return last.with_context(detail::cat("cannot reach the rendezvous store at ", addr.to_string(),
-                                             port_span > 1 ? detail::cat(" (or the next ", port_span - 1, " ports)") : ""));
+        return last.with_context(
+            detail::cat("cannot reach the rendezvous store at ", addr.to_string(),
+                        port_span > 1 ? detail::cat(" (or the next ", port_span - 1, " ports)") : ""));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
@@ -148,7 +150,8 @@ class StoreClient {
     DCOMM_RETURN_IF_ERROR(receive(&len, sizeof len, key));
     std::string why(std::min<uint32_t>(len, 4096), '\0');
     DCOMM_RETURN_IF_ERROR(receive(why.data(), why.size(), key));
-    return make_error(ErrorCode::kOutOfResources, "rendezvous store ", addr_.to_string(), " refused '", key, "': ", why);
+    return make_error(ErrorCode::kOutOfResources, "rendezvous store ", addr_.to_string(), " refused '", key,
+                      "': ", why);
   }
   Status receive(void* buf, size_t bytes, const std::string& key) {
     Status s = recv_all(sock_.fd(), buf, bytes, Deadline(timeout_));

@@ -35,12 +35,12 @@ inline constexpr std::string_view kStoreMagic = "dcommKV2";
 // What the store serves within: request sizes, memory, clients and how long they may lag.
 struct StoreLimits {
   static constexpr uint64_t kMaxKeyBytes = 4096;
-  uint64_t max_value_bytes = 64ull << 20;   // DCOMM_STORE_MAX_VALUE_BYTES
-  uint64_t max_total_bytes = 1ull << 30;    // DCOMM_STORE_MAX_BYTES: keys and values held
-  uint64_t max_queued_bytes = 0;            // replies queued for one client (0: 2 x max_value_bytes)
-  int max_clients = 0;                      // DCOMM_STORE_MAX_CLIENTS (0: by the file-descriptor limit)
-  int handshake_ms = 10'000;                // to finish authenticating
-  int stall_ms = 10'000;                    // DCOMM_STORE_STALL_MS: a client that leaves replies unread this long is dropped
+  uint64_t max_value_bytes = 64ull << 20;  // DCOMM_STORE_MAX_VALUE_BYTES
+  uint64_t max_total_bytes = 1ull << 30;   // DCOMM_STORE_MAX_BYTES: keys and values held
+  uint64_t max_queued_bytes = 0;           // replies queued for one client (0: 2 x max_value_bytes)
+  int max_clients = 0;                     // DCOMM_STORE_MAX_CLIENTS (0: by the file-descriptor limit)
+  int handshake_ms = 10'000;               // to finish authenticating
+  int stall_ms = 10'000;  // DCOMM_STORE_STALL_MS: a client that leaves replies unread this long is dropped
 
   static Result<StoreLimits> from_env() {
     StoreLimits l;
@@ -117,7 +117,8 @@ class StoreRequestParser {
     if (value_bytes_ > limits_.max_value_bytes)
       return make_error(ErrorCode::kOutOfResources, "a store value of ", value_bytes_, " bytes is over the limit of ",
                         limits_.max_value_bytes, " (DCOMM_STORE_MAX_VALUE_BYTES)");
-    if ((cur_.op == StoreOp::kAdd && value_bytes_ != 8) || (cur_.op == StoreOp::kGetOr && value_bytes_ > StoreLimits::kMaxKeyBytes) ||
+    if ((cur_.op == StoreOp::kAdd && value_bytes_ != 8) ||
+        (cur_.op == StoreOp::kGetOr && value_bytes_ > StoreLimits::kMaxKeyBytes) ||
         ((cur_.op == StoreOp::kGet || cur_.op == StoreOp::kCheck || cur_.op == StoreOp::kErase) && value_bytes_ != 0))
       return invalid_argument("store request ", static_cast<int>(cur_.op), " with a ", value_bytes_, "-byte value");
     // Reserved as it arrives (a client that announces a large value and sends nothing holds

@@ -59,8 +59,7 @@ class StoreServer {
   ~StoreServer() {
     stop_ = true;
     uint64_t one = 1;
-    if (write(wake_fd_, &one, sizeof one) < 0) {
-    }
+    if (write(wake_fd_, &one, sizeof one) < 0) {}
     if (thread_.joinable()) thread_.join();
     ::close(wake_fd_);
     if (spare_fd_ >= 0) ::close(spare_fd_);
@@ -82,24 +81,28 @@ class StoreServer {
     Socket sock;
     bool authed = false;
     auth::Nonce nonce{};
-    std::string handshake;         // the response, as it arrives
-    Clock::time_point since;       // connected at
-    std::string out;               // replies queued
+    std::string handshake;    // the response, as it arrives
+    Clock::time_point since;  // connected at
+    std::string out;          // replies queued
     size_t out_sent = 0;
-    Clock::time_point out_since;   // the queue's last progress
+    Clock::time_point out_since;  // the queue's last progress
     StoreRequestParser parser;
     std::deque<StoreRequest> queue;  // parsed, behind a blocking get
-    bool waiting = false;          // a get is waiting for its key
+    bool waiting = false;            // a get is waiting for its key
     uint64_t wait_seq = 0;
-    bool closing = false;          // flush the queued refusal, then close
+    bool closing = false;  // flush the queued refusal, then close
   };
 
   StoreServer(Socket listener, StoreAccess access, StoreLimits limits)
-      : listener_(std::move(listener)), access_(std::move(access)), limits_(limits),
-        wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)), spare_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {
+      : listener_(std::move(listener)),
+        access_(std::move(access)),
+        limits_(limits),
+        wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+        spare_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {
     if (limits_.max_clients <= 0) {
       rlimit rl{};
-      const long fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? static_cast<long>(rl.rlim_cur) : 4096;
+      const long fds =
+          getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? static_cast<long>(rl.rlim_cur) : 4096;
       // Leave descriptors for the rest of the process (its own sockets, shared memory, ...).
       limits_.max_clients = static_cast<int>(std::max(8L, std::min(fds - 64, fds * 3 / 4)));
     }
@@ -115,8 +118,8 @@ class StoreServer {
     count(field);
     const uint64_t n = ++refusals_;
     if (n <= 5 || n % 100 == 0)
-      DCOMM_LOG(kWarn, kSubsysBootstrap, -1, "rendezvous store ", address_.to_string(), ": ", why...,
-                " (", n, " connections refused or dropped so far)");
+      DCOMM_LOG(kWarn, kSubsysBootstrap, -1, "rendezvous store ", address_.to_string(), ": ", why..., " (", n,
+                " connections refused or dropped so far)");
   }
 
   void serve() {
@@ -165,14 +168,16 @@ class StoreServer {
             if (refused >= 0) ::close(refused);
             spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
           }
-          note(&Counters::refused_busy, "out of file descriptors (", std::strerror(errno), "): a connection was refused");
+          note(&Counters::refused_busy, "out of file descriptors (", std::strerror(errno),
+               "): a connection was refused");
           accept_pause_until_ = Clock::now() + std::chrono::milliseconds(20);
         }
         return;
       }
       if (static_cast<int>(clients_.size()) >= limits_.max_clients) {
         ::close(fd);
-        note(&Counters::refused_busy, "at its limit of ", limits_.max_clients, " connections (DCOMM_STORE_MAX_CLIENTS)");
+        note(&Counters::refused_busy, "at its limit of ", limits_.max_clients,
+             " connections (DCOMM_STORE_MAX_CLIENTS)");
         continue;
       }
       detail::tune_socket(fd);
@@ -298,7 +303,8 @@ class StoreServer {
         wake(r.key);
         return;
       }
-      case StoreOp::kCheck: return queue_reply(c, std::string(1, '\0') + std::string(1, data_.count(r.key) ? '\1' : '\0'));
+      case StoreOp::kCheck:
+        return queue_reply(c, std::string(1, '\0') + std::string(1, data_.count(r.key) ? '\1' : '\0'));
       case StoreOp::kErase: {
         auto it = data_.find(r.key);
         const bool existed = it != data_.end();

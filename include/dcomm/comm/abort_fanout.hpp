@@ -66,8 +66,9 @@ class AbortFanout final : public CallDirectory {
         if (auto a = weak.lock(); a && r != rank_) local.push_back(a);
     }
     for (auto& a : local)
-      a->abort(make_error(remote_abort_code(why.code()), self().describe(), " aborted the communicator: ", why.message()),
-               /*notify_peers=*/false);
+      a->abort(
+          make_error(remote_abort_code(why.code()), self().describe(), " aborted the communicator: ", why.message()),
+          /*notify_peers=*/false);
   }
 
   std::optional<AbortState::CallInfo> call_of(int peer, std::chrono::milliseconds within) override {

@@ -35,7 +35,8 @@ inline std::vector<Algorithm> candidates(const CallShape& c, const Config& confi
   switch (c.kind) {
     case OpKind::kAllReduce:
       if (all_peer && c.bytes() <= std::min({kDirectMaxBytes, config.slot_bytes})) out.push_back(Algorithm::kDirect);
-      out.insert(out.end(), {Algorithm::kRecursiveDoubling, Algorithm::kRabenseifner, Algorithm::kTree, Algorithm::kDoubleTree});
+      out.insert(out.end(),
+                 {Algorithm::kRecursiveDoubling, Algorithm::kRabenseifner, Algorithm::kTree, Algorithm::kDoubleTree});
       if (c.hosts > 1 && c.hosts < c.ranks) out.push_back(Algorithm::kHierarchical);
       break;
     case OpKind::kReduceScatter:

@@ -84,7 +84,8 @@ class Communicator {
                                    launch->port_span, launch->access);
       if (!s.ok())
         return s.status().with_context(detail::cat(launch->launcher, " rank 0 cannot serve the rendezvous on port ",
-                                                   launch->rendezvous.port, " (set DCOMM_COMM_ID=host:port to a free port)"));
+                                                   launch->rendezvous.port,
+                                                   " (set DCOMM_COMM_ID=host:port to a free port)"));
       server = detail::claim_store((*s)->address().port);
     } else if (launch->nonce) {
       server = detail::claim_store(launch->rendezvous);
@@ -146,9 +147,11 @@ class Communicator {
     for (int r = 0; r < size_; ++r)
       if (all[2 * static_cast<size_t>(r)] == color) members.emplace_back(all[2 * static_cast<size_t>(r) + 1], r);
     std::sort(members.begin(), members.end());
-    int new_rank = static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
+    int new_rank =
+        static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
     std::string prefix = detail::cat(prefix_, "s", seq, "c", color);
-    return create(new_rank, static_cast<int>(members.size()), store_->server_address(), prefix, config_, server_, access_);
+    return create(new_rank, static_cast<int>(members.size()), store_->server_address(), prefix, config_, server_,
+                  access_);
   }
 
   ~Communicator() {
@@ -190,7 +193,9 @@ class Communicator {
   size_t staging_bytes() const { return links_.staging_bytes(); }
   bool aborted() const { return abort_->aborted(); }
   // Aborts this communicator on every rank: pending and later calls fail with `why`.
-  void abort(const std::string& why) { abort_->abort(make_error(ErrorCode::kAborted, "rank ", rank_, " called abort(): ", why)); }
+  void abort(const std::string& why) {
+    abort_->abort(make_error(ErrorCode::kAborted, "rank ", rank_, " called abort(): ", why));
+  }
 
   // ---- collectives, raw form (counts in elements) -----------------------------------------
   Status all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
@@ -230,7 +235,9 @@ class Communicator {
   }
   // Point-to-point. A lone blocking send may wait until the peer receives; to exchange with
   // a peer, put both sides in one p2p() batch (NCCL's group) or use send_recv().
-  Status send(const void* buf, size_t count, DataType type, int peer) { return p2p({P2POp::send(buf, count, type, peer)}); }
+  Status send(const void* buf, size_t count, DataType type, int peer) {
+    return p2p({P2POp::send(buf, count, type, peer)});
+  }
   Status recv(void* buf, size_t count, DataType type, int peer) { return p2p({P2POp::recv(buf, count, type, peer)}); }
   Status send_recv(const void* send_buf, size_t send_count, int dst, void* recv_buf, size_t recv_count, int src,
                    DataType type) {
@@ -243,8 +250,7 @@ class Communicator {
 
   // ---- collectives, typed form: the data type comes from the span (any extent) ------------
   template <class S, size_t SE, class R, size_t RE>
-    requires detail::SameElement<S, R>
-  Status all_reduce(std::span<S, SE> send, std::span<R, RE> recv, ReduceOp op) {
+  requires detail::SameElement<S, R> Status all_reduce(std::span<S, SE> send, std::span<R, RE> recv, ReduceOp op) {
     if (send.size() != recv.size()) return size_error("all_reduce", send.size(), recv.size());
     return all_reduce(send.data(), recv.data(), recv.size(), data_type_of<R>, op);
   }
@@ -257,22 +263,19 @@ class Communicator {
     return all_reduce_async(data.data(), data.data(), data.size(), data_type_of<T>, op);
   }
   template <class S, size_t SE, class R, size_t RE>
-    requires detail::SameElement<S, R>
-  Status reduce_scatter(std::span<S, SE> send, std::span<R, RE> recv, ReduceOp op) {
+  requires detail::SameElement<S, R> Status reduce_scatter(std::span<S, SE> send, std::span<R, RE> recv, ReduceOp op) {
     if (send.size() != recv.size() * static_cast<size_t>(size_))
       return size_error("reduce_scatter", send.size(), recv.size() * static_cast<size_t>(size_));
     return reduce_scatter(send.data(), recv.data(), recv.size(), data_type_of<R>, op);
   }
   template <class S, size_t SE, class R, size_t RE>
-    requires detail::SameElement<S, R>
-  Status all_gather(std::span<S, SE> send, std::span<R, RE> recv) {
+  requires detail::SameElement<S, R> Status all_gather(std::span<S, SE> send, std::span<R, RE> recv) {
     if (recv.size() != send.size() * static_cast<size_t>(size_))
       return size_error("all_gather", send.size() * static_cast<size_t>(size_), recv.size());
     return all_gather(send.data(), recv.data(), send.size(), data_type_of<R>);
   }
   template <class S, size_t SE, class R, size_t RE>
-    requires detail::SameElement<S, R>
-  Work all_gather_async(std::span<S, SE> send, std::span<R, RE> recv) {
+  requires detail::SameElement<S, R> Work all_gather_async(std::span<S, SE> send, std::span<R, RE> recv) {
     if (recv.size() != send.size() * static_cast<size_t>(size_))
       return Work::completed(size_error("all_gather", send.size() * static_cast<size_t>(size_), recv.size()));
     return all_gather_async(send.data(), recv.data(), send.size(), data_type_of<R>);
@@ -282,8 +285,8 @@ class Communicator {
     return broadcast(data.data(), data.data(), data.size(), data_type_of<T>, root);
   }
   template <class S, size_t SE, class R, size_t RE>
-    requires detail::SameElement<S, R>
-  Status reduce(std::span<S, SE> send, std::span<R, RE> recv, ReduceOp op, int root) {
+  requires detail::SameElement<S, R> Status reduce(std::span<S, SE> send, std::span<R, RE> recv, ReduceOp op,
+                                                   int root) {
     if (rank_ == root && send.size() != recv.size()) return size_error("reduce", send.size(), recv.size());
     return reduce(send.data(), recv.data(), send.size(), data_type_of<R>, op, root);
   }
@@ -458,10 +461,11 @@ class Communicator {
     if (stale.empty()) return timeout;
     std::string who;
     for (const auto& [p, ms] : stale)
-      who += detail::cat(who.empty() ? "" : "; ", peers_[static_cast<size_t>(p)].describe(), ": nothing from it for ", ms,
-                         " ms");
-    return make_error(ErrorCode::kPeerFailure, stale.size() == 1 ? "a rank stopped responding (" : "ranks stopped responding (",
-                      who, "): stopped, hung or cut off; while this rank waited: ", timeout.message());
+      who += detail::cat(who.empty() ? "" : "; ", peers_[static_cast<size_t>(p)].describe(), ": nothing from it for ",
+                         ms, " ms");
+    return make_error(ErrorCode::kPeerFailure,
+                      stale.size() == 1 ? "a rank stopped responding (" : "ranks stopped responding (", who,
+                      "): stopped, hung or cut off; while this rank waited: ", timeout.message());
   }
 
   Status dispatch(const OpDesc& d, std::optional<Algorithm> forced) {
@@ -497,16 +501,16 @@ class Communicator {
   std::vector<PeerInfo> peers_;
   std::vector<TransportChoice> kinds_;
   std::shared_ptr<AbortState> abort_ = std::make_shared<AbortState>();
-  HostTransports t_;     // the transports and the proxy thread (comm/links.hpp)
-  SetupFacts facts_;     // what the ranks agreed at set-up (comm/facts.hpp)
-  LinkTable links_;      // the links to the peers (comm/link_table.hpp)
-  AbortFanout fanout_;   // how an abort reaches every rank, and who is in which call (comm/abort_fanout.hpp)
+  HostTransports t_;    // the transports and the proxy thread (comm/links.hpp)
+  SetupFacts facts_;    // what the ranks agreed at set-up (comm/facts.hpp)
+  LinkTable links_;     // the links to the peers (comm/link_table.hpp)
+  AbortFanout fanout_;  // how an abort reaches every rank, and who is in which call (comm/abort_fanout.hpp)
   int split_count_ = 0;
   StoreAccess access_;                // the job secret and tag every connection of this communicator uses
   CallStamp call_stamp_;              // the call in progress, as its slots carry it (PeerPort reads it)
   uint32_t call_seq_ = 0;             // collectives so far: the same count on every rank
   std::atomic<bool> in_call_{false};  // a thread is inside a call (detail::CallGuard)
-  Executor executor_;  // last: its worker is joined before anything it uses is destroyed
+  Executor executor_;                 // last: its worker is joined before anything it uses is destroyed
 };
 
 DCOMM_NAMESPACE_END

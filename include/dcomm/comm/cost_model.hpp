@@ -22,7 +22,7 @@ inline Algorithm algorithm_named(const std::string& name) { return parse_algorit
 
 struct CallShape {
   OpKind kind;
-  size_t count;       // as in OpDesc
+  size_t count;  // as in OpDesc
   size_t elem_bytes;
   int ranks;
   bool in_place;
@@ -47,7 +47,7 @@ struct LinkModel {
   // Between hosts (TCP by default): a step and a byte over the network.
   double net_alpha_us = 20;
   double net_beta_us_per_byte = 1.0 / 1000;  // 1 GB/s
-  double load = 1;  // ranks per core on the busiest host
+  double load = 1;                           // ranks per core on the busiest host
 
   // With more ranks than cores on a host (`load` = ranks per core, the largest on any host),
   // each rank gets 1/load of a core for its copies, and a step waits for the peer to be
@@ -77,8 +77,8 @@ inline std::string format_link_model(const LinkModelFile& f) {
 inline std::optional<LinkModelFile> parse_link_model(const std::string& text) {
   LinkModelFile f;
   int used = 0;
-  if (std::sscanf(text.c_str(), "load %lf alpha_us %lf beta_us_per_byte %lf gamma_us_per_byte %lf %n", &f.load, &f.alpha_us,
-                  &f.beta_us_per_byte, &f.gamma_us_per_byte, &used) != 4)
+  if (std::sscanf(text.c_str(), "load %lf alpha_us %lf beta_us_per_byte %lf gamma_us_per_byte %lf %n", &f.load,
+                  &f.alpha_us, &f.beta_us_per_byte, &f.gamma_us_per_byte, &used) != 4)
     return std::nullopt;
   if (text.find_first_not_of(" \t\r\n", static_cast<size_t>(used)) != std::string::npos) return std::nullopt;
   for (double v : {f.load, f.alpha_us, f.beta_us_per_byte, f.gamma_us_per_byte})
@@ -146,17 +146,19 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in)
                  slow * local(kRecursiveDoublingBytesFactor) * ((L + 2 * fold) * S * be + (L + fold) * S * ga);
         }
         case Algorithm::kRabenseifner:
-          return (2 * L + 2 * fold) * al +
-                 local(kRabenseifnerBytesFactor) * ((2 * (p - 1) / p + 2 * fold) * S * be + ((p - 1) / p + fold) * S * ga);
+          return (2 * L + 2 * fold) * al + local(kRabenseifnerBytesFactor) *
+                                               ((2 * (p - 1) / p + 2 * fold) * S * be + ((p - 1) / p + fold) * S * ga);
         case Algorithm::kDoubleTree:
           // Across hosts: two trees on half the data each, no rank interior in both, so each
           // link carries less. On one host the ranks' copies share the same cores either way,
           // and the second tree's messages cost steps: measured 1.0-1.8x the single tree on 8
           // ranks over 2 cores, never faster.
           if (c.hosts == 1) return predict_us(Algorithm::kTree, c, m_in) + depth * al;
-          return 2 * depth * al + local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 3 * S * be + 1.5 * S * ga);
+          return 2 * depth * al +
+                 local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 3 * S * be + 1.5 * S * ga);
         case Algorithm::kTree:  // reduce then broadcast, each pipelined down a binary tree
-          return 2 * depth * al + local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 4 * S * be + 2 * S * ga);
+          return 2 * depth * al +
+                 local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 4 * S * be + 2 * S * ga);
         // One step, but every rank waits for all n-1 others to have sent: fitted to 8 ranks on
         // 2 cores, where it took about 3 steps' time (recursive doubling's 3 steps took 5).
         case Algorithm::kDirect: return std::max(1.0, std::log2(n) - 0.5) * al + (n - 1) * S * (be + ga);
@@ -164,8 +166,8 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in)
       }
     case OpKind::kReduceScatter:
       if (a == Algorithm::kHalvingDoubling)  // plus a working copy of the input
-        return (L + 2 * fold) * al +
-               local(kHalvingDoublingBytesFactor) * (((p - 1) / p + fold + fold / n) * S * be + ((p - 1) / p + fold + 1) * S * ga);
+        return (L + 2 * fold) * al + local(kHalvingDoublingBytesFactor) *
+                                         (((p - 1) / p + fold + fold / n) * S * be + ((p - 1) / p + fold + 1) * S * ga);
       return (n - 1) * al + (n - 1) / n * S * (be + ga);
     case OpKind::kAllGather:
       if (a == Algorithm::kHalvingDoubling)
@@ -175,7 +177,8 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in)
       if (a == Algorithm::kTree) return depth * al + local(kTreeBytesFactor) * ((depth - 1) * slice * be + 2 * S * be);
       return (n - 1) * al + (n - 2) * slice * be + S * be;
     case OpKind::kReduce:
-      if (a == Algorithm::kTree) return depth * al + local(kTreeBytesFactor) * ((depth - 1) * slice + 2 * S) * (be + ga);
+      if (a == Algorithm::kTree)
+        return depth * al + local(kTreeBytesFactor) * ((depth - 1) * slice + 2 * S) * (be + ga);
       return (n - 1) * al + (n - 2) * slice * (be + ga) + S * (be + ga);
     default: return 0;
   }

@@ -109,7 +109,8 @@ class DeviceCommunicator {
   Status all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, cudaStream_t stream) {
     return coll({OpKind::kAllReduce, send, recv, count, type, op}, count, count, stream);
   }
-  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, cudaStream_t stream) {
+  Status reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                        cudaStream_t stream) {
     return coll({OpKind::kReduceScatter, send, recv, recv_count, type, op}, recv_count * usize(), recv_count, stream);
   }
   Status all_gather(const void* send, void* recv, size_t send_count, DataType type, cudaStream_t stream) {
@@ -168,7 +169,8 @@ class DeviceCommunicator {
     DeviceError error;
   };
 
-  DeviceCommunicator(Communicator& host, int device, const DeviceConfig& cfg) : host_(host), device_(device), cfg_(cfg) {}
+  DeviceCommunicator(Communicator& host, int device, const DeviceConfig& cfg)
+      : host_(host), device_(device), cfg_(cfg) {}
   size_t usize() const { return static_cast<size_t>(size()); }
 
   Status set_up() {
@@ -178,10 +180,12 @@ class DeviceCommunicator {
     staged_only_ = agreed_at_init.hosts > 1;
     if (staged_only_) staging_ = std::make_unique<DeviceStaging>(host_, [this](const Status& e) { set_error(e); });
     // Control block in mapped host memory: the host raises `abort`, kernels write `error`.
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaHostAlloc(reinterpret_cast<void**>(&control_), sizeof(Control), cudaHostAllocMapped), "cudaHostAlloc"));
+    DCOMM_RETURN_IF_ERROR(cuda_status(
+        cudaHostAlloc(reinterpret_cast<void**>(&control_), sizeof(Control), cudaHostAllocMapped), "cudaHostAlloc"));
     std::memset(control_, 0, sizeof(Control));
     Control* dev_control = nullptr;
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev_control), control_, 0), "cudaHostGetDevicePointer"));
+    DCOMM_RETURN_IF_ERROR(cuda_status(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev_control), control_, 0),
+                                      "cudaHostGetDevicePointer"));
     ctl_.abort = &dev_control->abort;
     ctl_.error = &dev_control->error;
     ctl_.timeout_ns = static_cast<uint64_t>(host_.config().timeout.count()) * 1000000ull;
@@ -190,8 +194,10 @@ class DeviceCommunicator {
     // 1. Which GPU each rank has, the channels and FIFO shape every rank uses, and which pairs
     // go through host memory (comm/device_plan.hpp: the same answers on every rank).
     DeviceRankFacts mine;
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, device_), "cudaDeviceGetPCIBusId"));
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&mine.sms, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute"));
+    DCOMM_RETURN_IF_ERROR(
+        cuda_status(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, device_), "cudaDeviceGetPCIBusId"));
+    DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&mine.sms, cudaDevAttrMultiProcessorCount, device_),
+                                      "cudaDeviceGetAttribute"));
     auto resident = resident_blocks_per_sm(cfg_.threads);
     if (!resident.ok()) return resident.status();
     mine.resident_per_sm = *resident;
@@ -207,8 +213,8 @@ class DeviceCommunicator {
     cfg_.channels = agree_device_channels(facts, &limited_by);
     cfg_.p2p_channels = std::min(cfg_.p2p_channels, cfg_.channels);  // they use the first channels' FIFOs
     DCOMM_LOG(kInfo, kSubsysInit, me, "device communicator on CUDA device ", device_, " (", mine.bus_id, ", ", mine.sms,
-              " multiprocessors, ", mine.resident_per_sm, " blocks of ", cfg_.threads, " threads each): ", cfg_.channels,
-              " channels (", limited_by, ")");
+              " multiprocessors, ", mine.resident_per_sm, " blocks of ", cfg_.threads,
+              " threads each): ", cfg_.channels, " channels (", limited_by, ")");
     std::vector<uint8_t> wants_host(usize(), 0), all_wants(usize() * usize(), 0);
     std::vector<int> peer_device(usize(), -1);
     for (int r = 0; r < n; ++r) {
@@ -263,13 +269,21 @@ class DeviceCommunicator {
         char* mine_a = arena(me, p);  // my arena, where p's FIFO to me lives
         if (!theirs || !mine_a) return make_error(ErrorCode::kInternal, "no arena for the pair with rank ", p);
         auto& s = sends[layout_.index(p, c)];
-        s = {theirs + layout_.slots(me, c), reinterpret_cast<uint64_t*>(theirs + layout_.posted(me, c)),
-             reinterpret_cast<uint64_t*>(mine_a + layout_.freed(p, c)), reinterpret_cast<uint64_t*>(local_dev + layout_.step(p, c, 0)),
-             cfg_.nslots, cfg_.slot_bytes, p};
+        s = {theirs + layout_.slots(me, c),
+             reinterpret_cast<uint64_t*>(theirs + layout_.posted(me, c)),
+             reinterpret_cast<uint64_t*>(mine_a + layout_.freed(p, c)),
+             reinterpret_cast<uint64_t*>(local_dev + layout_.step(p, c, 0)),
+             cfg_.nslots,
+             cfg_.slot_bytes,
+             p};
         auto& rv = recvs[layout_.index(p, c)];
-        rv = {mine_a + layout_.slots(p, c), reinterpret_cast<uint64_t*>(mine_a + layout_.posted(p, c)),
-              reinterpret_cast<uint64_t*>(theirs + layout_.freed(me, c)), reinterpret_cast<uint64_t*>(local_dev + layout_.step(p, c, 1)),
-              cfg_.nslots, cfg_.slot_bytes, p};
+        rv = {mine_a + layout_.slots(p, c),
+              reinterpret_cast<uint64_t*>(mine_a + layout_.posted(p, c)),
+              reinterpret_cast<uint64_t*>(theirs + layout_.freed(me, c)),
+              reinterpret_cast<uint64_t*>(local_dev + layout_.step(p, c, 1)),
+              cfg_.nslots,
+              cfg_.slot_bytes,
+              p};
       }
     }
     // The ring in the host communicator's order (the topology's): from prev, to next.
@@ -364,17 +378,7 @@ class DeviceCommunicator {
     return s.ok() ? s : s.with_context(detail::cat(to_string(d.kind), " on rank ", rank()));
   }
   Status check_buffer(const char* op, const char* which, const void* p, size_t bytes) const {
-    if (bytes == 0) return {};
-    if (!p) return invalid_argument(op, " on rank ", rank(), ": ", which, " is null for ", bytes, " bytes");
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess || (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)) {
-      cudaGetLastError();
-      return invalid_argument(op, " on rank ", rank(), ": ", which, " (", p, ") is not CUDA device memory");
-    }
-    if (a.type == cudaMemoryTypeDevice && a.device != device_)
-      return invalid_argument(op, " on rank ", rank(), ": ", which, " is on CUDA device ", a.device,
-                              ", this communicator's is ", device_);
-    return {};
+    return check_device_buffer(p, bytes, device_, which).with_context(detail::cat(op, " on rank ", rank()));
   }
 
   // One collective: send_elems of d.send are read, recv_elems of d.recv written.
@@ -420,7 +424,8 @@ class DeviceCommunicator {
       return make_error(ErrorCode::kUnsupported, op, " on rank ", rank(),
                         ": device send/recv between hosts is not staged yet; use the host communicator");
     if (!add_p2p_item(p2p_, {m.buffer, bytes, m.peer, is_send ? 1 : 0}))
-      return invalid_argument(op, " on rank ", rank(), ": more than ", DeviceP2pWork::kMaxItems, " send/recv calls in one group");
+      return invalid_argument(op, " on rank ", rank(), ": more than ", DeviceP2pWork::kMaxItems,
+                              " send/recv calls in one group");
     return group_depth_ ? Status{} : flush();
   }
 
@@ -445,13 +450,15 @@ class DeviceCommunicator {
         detail::coll_kernel<T><<<cfg_.channels, cfg_.threads, 0, group_stream_>>>(c.work);
         return 0;
       });
-      DCOMM_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), detail::cat("launching a collective kernel on rank ", rank())));
+      DCOMM_RETURN_IF_ERROR(
+          cuda_status(cudaGetLastError(), detail::cat("launching a collective kernel on rank ", rank())));
     }
     int to_self = 0;  // sends to this rank minus receives from it: the copy needs both
     for (int i = 0; i < p2p.nitems; ++i)
       if (p2p.items[i].peer == rank()) to_self += p2p.items[i].is_send ? 1 : -1;
     if (to_self != 0)
-      return invalid_argument("send/recv on rank ", rank(), ": a send to this rank and its receive must be in one group (",
+      return invalid_argument("send/recv on rank ", rank(),
+                              ": a send to this rank and its receive must be in one group (",
                               to_self > 0 ? "a send has no receive" : "a receive has no send", ")");
     if (p2p.nitems) {
       // A lane's blocks must all be resident with the peers' (a send waits for their
@@ -463,7 +470,8 @@ class DeviceCommunicator {
       p2p.recv_conns = recv_conns_;
       p2p.ctl = ctl_;
       detail::p2p_kernel<<<p2p.nlanes * p2p.channels, cfg_.threads, 0, group_stream_>>>(p2p);
-      DCOMM_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), detail::cat("launching a send/recv kernel on rank ", rank())));
+      DCOMM_RETURN_IF_ERROR(
+          cuda_status(cudaGetLastError(), detail::cat("launching a send/recv kernel on rank ", rank())));
     }
     return {};
   }

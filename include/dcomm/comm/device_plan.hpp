@@ -36,10 +36,10 @@ inline constexpr int kMaxDeviceThreads = 512;
 // Sizes of the device path (environment: DCOMM_CUDA_CHANNELS, DCOMM_CUDA_P2P_CHANNELS,
 // DCOMM_CUDA_THREADS, DCOMM_CUDA_SLOTS, DCOMM_CUDA_SLOT_BYTES, DCOMM_CUDA_P2P_DISABLE).
 struct DeviceConfig {
-  int channels = 0;                // blocks per collective, each its own ring; 0: by the GPUs
-  int p2p_channels = 2;            // blocks per peer and direction in a send/recv group
-  int threads = 512;               // threads per block
-  uint32_t nslots = 4;             // slots per FIFO
+  int channels = 0;                 // blocks per collective, each its own ring; 0: by the GPUs
+  int p2p_channels = 2;             // blocks per peer and direction in a send/recv group
+  int threads = 512;                // threads per block
+  uint32_t nslots = 4;              // slots per FIFO
   uint32_t slot_bytes = 256 << 10;  // bytes per slot
   bool p2p_disable = false;         // pinned host memory between every pair
 
@@ -77,14 +77,13 @@ struct ArenaLayout {
   size_t bytes() const { return ranks * channels * (fifo_bytes + 2 * kLine + 16); }
 };
 
-
 // One rank's facts, swapped at set-up (a plain struct: it travels as bytes).
 struct DeviceRankFacts {
-  char bus_id[32] = {};      // the GPU's PCI bus id: equal for ranks sharing a GPU
-  int sms = 0;               // its multiprocessors
-  int resident_per_sm = 0;   // collective kernel blocks one multiprocessor holds at once
+  char bus_id[32] = {};        // the GPU's PCI bus id: equal for ranks sharing a GPU
+  int sms = 0;                 // its multiprocessors
+  int resident_per_sm = 0;     // collective kernel blocks one multiprocessor holds at once
   int requested_channels = 0;  // DCOMM_CUDA_CHANNELS (0: by the GPUs)
-  int p2p_channels = 0;      // DCOMM_CUDA_P2P_CHANNELS
+  int p2p_channels = 0;        // DCOMM_CUDA_P2P_CHANNELS
   uint32_t nslots = 0;
   uint32_t slot_bytes = 0;
   int threads = 0;
@@ -102,7 +101,8 @@ inline int ranks_sharing_gpu(const std::vector<DeviceRankFacts>& facts, size_t r
 inline int agree_device_channels(const std::vector<DeviceRankFacts>& facts, std::string* why = nullptr) {
   int requested = 0;
   for (const auto& f : facts)
-    if (f.requested_channels > 0) requested = requested == 0 ? f.requested_channels : std::min(requested, f.requested_channels);
+    if (f.requested_channels > 0)
+      requested = requested == 0 ? f.requested_channels : std::min(requested, f.requested_channels);
   long long by_gpus = kMaxDeviceChannels, resident = kMaxDeviceChannels;  // 64-bit: facts are another rank's numbers
   for (size_t r = 0; r < facts.size(); ++r) {
     const long long sharing = ranks_sharing_gpu(facts, r), sms = std::max(0, facts[r].sms);
@@ -114,7 +114,8 @@ inline int agree_device_channels(const std::vector<DeviceRankFacts>& facts, std:
   }
   long long channels = requested > 0 ? requested : by_gpus;
   std::string reason = requested > 0 ? "DCOMM_CUDA_CHANNELS" : "multiprocessors per rank sharing a GPU";
-  if (channels > resident) channels = resident, reason = "blocks resident at once on the GPU (over the ranks sharing it)";
+  if (channels > resident)
+    channels = resident, reason = "blocks resident at once on the GPU (over the ranks sharing it)";
   if (channels > kMaxDeviceChannels) channels = kMaxDeviceChannels, reason = "the most channels a FIFO arena holds";
   if (why) *why = reason;
   return static_cast<int>(std::max(1LL, channels));
@@ -128,8 +129,8 @@ inline Status check_device_shapes(const std::vector<DeviceRankFacts>& facts, int
     const DeviceRankFacts& f = facts[r];
     if (f.nslots != me.nslots || f.slot_bytes != me.slot_bytes || f.p2p_channels != me.p2p_channels)
       return invalid_argument("rank ", r, " set DCOMM_CUDA_SLOTS=", f.nslots, " DCOMM_CUDA_SLOT_BYTES=", f.slot_bytes,
-                              " DCOMM_CUDA_P2P_CHANNELS=", f.p2p_channels, " where rank ", self, " set ", me.nslots, ", ",
-                              me.slot_bytes, " and ", me.p2p_channels, ": every rank must set them alike");
+                              " DCOMM_CUDA_P2P_CHANNELS=", f.p2p_channels, " where rank ", self, " set ", me.nslots,
+                              ", ", me.slot_bytes, " and ", me.p2p_channels, ": every rank must set them alike");
   }
   return {};
 }

@@ -48,11 +48,12 @@ class DeviceStaging {
     s->in_bytes = in_bytes;
     char* buf = static_cast<char*>(s->buf);
     if (in_bytes)
-      DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(buf, d.send, in_bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync"));
+      DCOMM_RETURN_IF_ERROR(
+          cuda_status(cudaMemcpyAsync(buf, d.send, in_bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync"));
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaLaunchHostFunc(stream, &DeviceStaging::run, s), "cudaLaunchHostFunc"));
     if (out_bytes)
-      DCOMM_RETURN_IF_ERROR(
-          cuda_status(cudaMemcpyAsync(d.recv, buf + in_bytes, out_bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync"));
+      DCOMM_RETURN_IF_ERROR(cuda_status(
+          cudaMemcpyAsync(d.recv, buf + in_bytes, out_bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync"));
     return {};
   }
 

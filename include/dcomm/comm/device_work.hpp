@@ -18,16 +18,14 @@
 DCOMM_NAMESPACE_BEGIN
 
 // all_gather and broadcast move bytes: they run in the uint8_t kernel, counts in bytes.
-DCOMM_HOST_DEVICE inline bool copy_only(OpKind k) {
-  return k == OpKind::kAllGather || k == OpKind::kBroadcast;
-}
+DCOMM_HOST_DEVICE inline bool copy_only(OpKind k) { return k == OpKind::kAllGather || k == OpKind::kBroadcast; }
 
 // One collective. Counts are elements of the kernel's T (bytes for copy_only() collectives).
 struct DeviceCollWork {
   OpKind kind = OpKind::kAllReduce;
   const void* send = nullptr;
   void* recv = nullptr;
-  size_t count = 0;  // all_reduce/broadcast/reduce: the buffer; reduce_scatter/all_gather: per rank
+  size_t count = 0;                     // all_reduce/broadcast/reduce: the buffer; reduce_scatter/all_gather: per rank
   int pos = 0, size = 1, root_pos = 0;  // this rank's and the root's position in the ring order
   const int* block_of = nullptr;        // position -> rank, device memory (null: identity)
   ReduceOp op = ReduceOp::kSum;
@@ -153,9 +151,8 @@ DCOMM_HOST_DEVICE DeviceStatus run_p2p_block(const Team& team, const DeviceP2pWo
     size_t lo, n;
     channel_part(it.bytes, 1, c, w.channels, &lo, &n);
     char* base = static_cast<char*>(it.buf) + lo;
-    DCOMM_TRY(detail::for_each_slice(p, n, [&](size_t off, size_t len) {
-      return is_send ? p.send(base + off, len) : p.recv(base + off, len);
-    }));
+    DCOMM_TRY(detail::for_each_slice(
+        p, n, [&](size_t off, size_t len) { return is_send ? p.send(base + off, len) : p.recv(base + off, len); }));
   }
   return {};
 }

@@ -63,11 +63,13 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
     case Algorithm::kSingleCopyIfRegistered: {
       DCOMM_RETURN_IF_ERROR(links.connect_all(f.order));
       if (d.kind == OpKind::kAllGather) return single_copy_all_gather(links.all(), rank, d.send, d.recv, d.count * eb);
-      if (d.kind == OpKind::kBroadcast) return single_copy_broadcast(links.all(), rank, d.root, d.send, d.recv, d.count * eb);
+      if (d.kind == OpKind::kBroadcast)
+        return single_copy_broadcast(links.all(), rank, d.root, d.send, d.recv, d.count * eb);
       const bool only_if_registered = algorithm == Algorithm::kSingleCopyIfRegistered;
-      auto ran = d.kind == OpKind::kReduceScatter
-                     ? single_copy_reduce_scatter(links.all(), rank, reducer, d.send, d.recv, d.count, only_if_registered)
-                     : single_copy_all_reduce(links.all(), rank, reducer, d.send, d.recv, d.count, only_if_registered);
+      auto ran =
+          d.kind == OpKind::kReduceScatter
+              ? single_copy_reduce_scatter(links.all(), rank, reducer, d.send, d.recv, d.count, only_if_registered)
+              : single_copy_all_reduce(links.all(), rank, reducer, d.send, d.recv, d.count, only_if_registered);
       if (!ran.ok() || *ran) return ran.status();
       DCOMM_LOG(kTrace, kSubsysColl, rank, "not every buffer is from mem_alloc: ring instead");
       break;
@@ -82,10 +84,13 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
             return hierarchical_all_reduce(ps, f.host_at, reducer, d.send, d.recv, d.count, scratch);
           if (algorithm == Algorithm::kRecursiveDoubling)
             return recursive_doubling_all_reduce(ps, reducer, d.send, d.recv, d.count, scratch);
-          if (algorithm == Algorithm::kDoubleTree) return double_tree_all_reduce(ps, reducer, d.send, d.recv, d.count, scratch);
-          if (algorithm == Algorithm::kRabenseifner) return rabenseifner_all_reduce(ps, reducer, d.send, d.recv, d.count);
+          if (algorithm == Algorithm::kDoubleTree)
+            return double_tree_all_reduce(ps, reducer, d.send, d.recv, d.count, scratch);
+          if (algorithm == Algorithm::kRabenseifner)
+            return rabenseifner_all_reduce(ps, reducer, d.send, d.recv, d.count);
           return tree_all_reduce(ps, reducer, d.send, d.recv, d.count, scratch);
-        case OpKind::kReduceScatter: return halving_reduce_scatter(ps, f.order, reducer, d.send, d.recv, d.count, scratch);
+        case OpKind::kReduceScatter:
+          return halving_reduce_scatter(ps, f.order, reducer, d.send, d.recv, d.count, scratch);
         case OpKind::kAllGather:  // its blocks are the output's: in rank order
           return doubling_all_gather({links.all(), rank, c.config}, d.send, d.recv, d.count * eb);
         case OpKind::kBroadcast: return tree_broadcast(ps, root, d.send, d.recv, d.count * eb);

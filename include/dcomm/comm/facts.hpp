@@ -25,7 +25,7 @@
 DCOMM_NAMESPACE_BEGIN
 
 struct SetupFacts {
-  std::vector<int> host_of;       // host index of each rank, hosts numbered by their first rank
+  std::vector<int> host_of;  // host index of each rank, hosts numbered by their first rank
   int hosts = 1;
   std::vector<int> order, pos_of;  // position -> rank and rank -> position (topo/order.hpp)
   std::vector<int> host_at;        // host index at each position

@@ -78,9 +78,10 @@ class LinkTable {
     size_t after = staging_bytes();
     for (int p : want) after += per_link * (proxied((*c_.kinds)[static_cast<size_t>(p)]) ? 2 : 1);
     if (!want.empty() && after > config.max_staging_bytes)
-      return make_error(ErrorCode::kOutOfResources, "connecting to ", want.size(), " more peer(s) would raise this rank's ",
-                        "staging memory to ", after >> 20, " MiB, over DCOMM_MAX_STAGING_BYTES (",
-                        config.max_staging_bytes >> 20, " MiB); raise it, or lower DCOMM_SLOT_BYTES / DCOMM_SLOTS");
+      return make_error(ErrorCode::kOutOfResources, "connecting to ", want.size(),
+                        " more peer(s) would raise this rank's ", "staging memory to ", after >> 20,
+                        " MiB, over DCOMM_MAX_STAGING_BYTES (", config.max_staging_bytes >> 20,
+                        " MiB); raise it, or lower DCOMM_SLOT_BYTES / DCOMM_SLOTS");
     const PeerInfo& self = peers[static_cast<size_t>(c_.rank)];
     auto ctx = [&](int p) {
       return ConnectContext{c_.rank, &self, &peers[static_cast<size_t>(p)], &config, c_.store, c_.prefix, c_.abort};
@@ -93,8 +94,8 @@ class LinkTable {
       if (!conn.ok()) return conn.status();
       const PeerInfo& peer = peers[static_cast<size_t>(p)];
       ports_[static_cast<size_t>(p)] =
-          std::make_unique<PeerPort>(std::move(*conn), &peer, c_.abort.get(), &config, peer.process_id == self.process_id,
-                                     c_.call, c_.rank, c_.directory);
+          std::make_unique<PeerPort>(std::move(*conn), &peer, c_.abort.get(), &config,
+                                     peer.process_id == self.process_id, c_.call, c_.rank, c_.directory);
       DCOMM_LOG(kInfo, kSubsysTransport, c_.rank, "connected to ", peer.describe(), " via ", transport_name(p));
     }
     return {};

@@ -200,7 +200,8 @@ inline Status build_transports(HostTransports& t, int rank, const std::vector<Pe
     plan.data_sockets[up] = kinds[up] == TransportChoice::kTcp ? config.sockets_per_peer : 0;
     need_proxy |= plan.control[up] || proxied(kinds[up]);
   }
-  auto mesh = build_mesh(rank, setup.nonce, peers, plan, setup.listener, config.timeout, setup.secret, setup.should_stop);
+  auto mesh =
+      build_mesh(rank, setup.nonce, peers, plan, setup.listener, config.timeout, setup.secret, setup.should_stop);
   if (!mesh.ok()) return mesh.status();
   if (!need_proxy) return {};
   t.proxy = std::make_unique<Proxy>(rank, peers, setup.abort);
@@ -208,7 +209,8 @@ inline Status build_transports(HostTransports& t, int rank, const std::vector<Pe
   for (int p = 0; p < size; ++p) {
     const size_t up = static_cast<size_t>(p);
     if (mesh->control[up].valid()) t.proxy->add_control(p, std::move(mesh->control[up]));
-    if (plan.data_sockets[up]) links[up] = t.proxy->add_link(std::make_unique<TcpLink>(p, std::move(mesh->data[up]), config));
+    if (plan.data_sockets[up])
+      links[up] = t.proxy->add_link(std::make_unique<TcpLink>(p, std::move(mesh->data[up]), config));
   }
   t.tcp = std::make_unique<ProxiedTransport>("tcp", t.proxy.get(), std::move(links));
   const LinkContext ctx{rank, peers, kinds, store, prefix, config, *t.proxy};

@@ -35,7 +35,8 @@ inline Status validate(const OpDesc& d, int rank, int size) {
       const char* what = op.kind == P2POp::Kind::kSend ? "send" : "recv";
       if (!is_valid(op.type)) return bad(what, ": unknown data type ", static_cast<int>(op.type));
       if (op.peer < 0 || op.peer >= size) return bad(what, ": peer ", op.peer, " is out of range for ", size, " ranks");
-      if (!op.buffer && op.count > 0) return bad(what, " to/from rank ", op.peer, ": buffer is null but count is ", op.count);
+      if (!op.buffer && op.count > 0)
+        return bad(what, " to/from rank ", op.peer, ": buffer is null but count is ", op.count);
     }
     return {};
   }

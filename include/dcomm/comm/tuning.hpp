@@ -43,7 +43,8 @@ inline Status measure_link(int size, const RunCollective& run, double fit[3]) {
     for (int round = 0; round < 3; ++round) {
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) DCOMM_RETURN_IF_ERROR(call());
-      best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
+      best = std::min(best,
+                      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
     }
     return best;
   };
@@ -81,12 +82,15 @@ inline Status tune_link_model(LinkModel& link, int rank, int size, const RunColl
   }
   // Every rank must agree whether to measure: the file may exist on some hosts only.
   uint8_t need = loaded ? 0 : 1, any_need = 0;
-  DCOMM_RETURN_IF_ERROR(run(OpDesc{OpKind::kAllReduce, &need, &any_need, 1, DataType::kUint8, ReduceOp::kMax}, std::nullopt));
+  DCOMM_RETURN_IF_ERROR(
+      run(OpDesc{OpKind::kAllReduce, &need, &any_need, 1, DataType::kUint8, ReduceOp::kMax}, std::nullopt));
   if (any_need) DCOMM_RETURN_IF_ERROR(detail::measure_link(size, run, fit));
   double agreed[3];
-  DCOMM_RETURN_IF_ERROR(run(OpDesc{OpKind::kAllReduce, fit, agreed, 3, DataType::kFloat64, ReduceOp::kMax}, std::nullopt));
+  DCOMM_RETURN_IF_ERROR(
+      run(OpDesc{OpKind::kAllReduce, fit, agreed, 3, DataType::kFloat64, ReduceOp::kMax}, std::nullopt));
   link.alpha_us = agreed[0], link.beta_us_per_byte = agreed[1], link.gamma_us_per_byte = agreed[2];
-  if (any_need && !file.empty() && rank == 0) std::ofstream(file) << format_link_model({load, agreed[0], agreed[1], agreed[2]});
+  if (any_need && !file.empty() && rank == 0)
+    std::ofstream(file) << format_link_model({load, agreed[0], agreed[1], agreed[2]});
   DCOMM_LOG(kInfo, kSubsysTuning, rank, any_need ? "measured" : "loaded", " link model: step ", link.alpha_us, " us, ",
             1e-3 / link.beta_us_per_byte, " GB/s a link, reduction ", 1e-3 / link.gamma_us_per_byte, " GB/s");
   return {};

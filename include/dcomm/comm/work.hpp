@@ -24,7 +24,8 @@ namespace detail {
 // exchange on entry, one store on the way out.
 class CallGuard {
  public:
-  explicit CallGuard(std::atomic<bool>& busy) : busy_(busy), entered_(!busy.exchange(true, std::memory_order_acquire)) {}
+  explicit CallGuard(std::atomic<bool>& busy)
+      : busy_(busy), entered_(!busy.exchange(true, std::memory_order_acquire)) {}
   ~CallGuard() {
     if (entered_) busy_.store(false, std::memory_order_release);
   }

@@ -66,8 +66,7 @@ inline bool algo_valid_for(const std::string& name, int collective) {
           bit(A::kTree) | bit(A::kDoubleTree) | bit(A::kHierarchical),
       bit(A::kRing) | bit(A::kSingleCopy) | bit(A::kHalvingDoubling),
       bit(A::kRing) | bit(A::kSingleCopy) | bit(A::kHalvingDoubling),
-      bit(A::kRing) | bit(A::kSingleCopy) | bit(A::kTree),
-      bit(A::kRing) | bit(A::kTree)};
+      bit(A::kRing) | bit(A::kSingleCopy) | bit(A::kTree), bit(A::kRing) | bit(A::kTree)};
   const auto a = parse_algorithm(name);
   return a && collective >= 0 && collective < 5 && (kValid[collective] & bit(*a)) != 0;
 }

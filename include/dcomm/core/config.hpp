@@ -32,10 +32,10 @@
 #endif
 // Returns the status of `expr` from the enclosing function when it is not ok(): for code that
 // serves more than one status type (Status on the host, DeviceStatus in kernels).
-#define DCOMM_TRY(expr)                          \
-  do {                                           \
-    auto dcomm_try_ = (expr);                    \
-    if (!dcomm_try_.ok()) return dcomm_try_;     \
+#define DCOMM_TRY(expr)                      \
+  do {                                       \
+    auto dcomm_try_ = (expr);                \
+    if (!dcomm_try_.ok()) return dcomm_try_; \
   } while (0)
 
 // A device function called from many places in a kernel, kept out of line there: the kernels

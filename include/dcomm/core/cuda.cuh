@@ -1,10 +1,11 @@
-// The CUDA runtime's errors as Status, and the current device for a scope: what every layer
-// of the device path (transport/cuda_ipc.cuh, reduce/kernels.cuh, comm/device_comm.cuh)
-// needs from CUDA. Needs nvcc or the CUDA runtime's headers.
+// The CUDA runtime's errors as Status, where a pointer lives, and the current device for a
+// scope: what every layer of the device path (transport/cuda_ipc.cuh, reduce/kernels.cuh,
+// comm/device_comm.cuh) needs from CUDA. Needs nvcc or the CUDA runtime's headers.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 
 #include "dcomm/core/config.hpp"
@@ -17,6 +18,22 @@ inline Status cuda_status(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return {};
   return make_error(e == cudaErrorMemoryAllocation ? ErrorCode::kOutOfResources : ErrorCode::kSystemError, what, ": ",
                     cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+}
+
+// `bytes` at `p` (named `which` in the error) are device or managed memory, and device memory
+// is on `device`: what a collective on that device may read or write. Nothing for 0 bytes.
+inline Status check_device_buffer(const void* p, size_t bytes, int device, const char* which) {
+  if (bytes == 0) return {};
+  if (!p) return invalid_argument(which, " is null for ", bytes, " bytes");
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess ||
+      (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)) {
+    cudaGetLastError();
+    return invalid_argument(which, " (", p, ") is not CUDA device memory");
+  }
+  if (a.type == cudaMemoryTypeDevice && a.device != device)
+    return invalid_argument(which, " is on CUDA device ", a.device, ", this communicator's is ", device);
+  return {};
 }
 
 namespace detail {

@@ -26,7 +26,9 @@ inline const std::map<std::string, std::string>*& env_table() {
 }  // namespace detail
 class EnvTable {
  public:
-  explicit EnvTable(const std::map<std::string, std::string>& t) : saved_(detail::env_table()) { detail::env_table() = &t; }
+  explicit EnvTable(const std::map<std::string, std::string>& t) : saved_(detail::env_table()) {
+    detail::env_table() = &t;
+  }
   ~EnvTable() { detail::env_table() = saved_; }
   EnvTable(const EnvTable&) = delete;
   EnvTable& operator=(const EnvTable&) = delete;
@@ -114,8 +116,8 @@ struct Config {
   int slots = 8;
   // DCOMM_TRANSPORT=auto|inproc|shm|tcp; auto picks inproc, then shm, then tcp per peer.
   TransportChoice transport = TransportChoice::kAuto;
-  int sockets_per_peer = 2;        // DCOMM_SOCKETS_PER_PEER: TCP connections striped per peer
-  std::string socket_ifname;       // DCOMM_SOCKET_IFNAME: interface whose address we listen on
+  int sockets_per_peer = 2;          // DCOMM_SOCKETS_PER_PEER: TCP connections striped per peer
+  std::string socket_ifname;         // DCOMM_SOCKET_IFNAME: interface whose address we listen on
   std::string shm_dir = "/dev/shm";  // DCOMM_SHM_DIR
   // DCOMM_SPIN: busy polls before a wait starts yielding. -1 (auto): 2000 when this host has a
   // core for every local rank, 16 when ranks outnumber cores (spinning would only keep the
@@ -165,9 +167,9 @@ struct Config {
     auto cma_reduce = env_size("DCOMM_CMA_REDUCE_BYTES", static_cast<long long>(c.cma_reduce_bytes), 0, 1LL << 50);
     auto per_host = env_size("DCOMM_TEST_RANKS_PER_HOST", 0, 0, 1 << 20);
     auto cyclic = env_size("DCOMM_TEST_CYCLIC_HOSTS", 0, 0, 1 << 20);
-    for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(),
-                            stream.status(), direct.status(), staging.status(), cma.status(), cma_reduce.status(),
-                            per_host.status(), cyclic.status()})
+    for (const Status& s :
+         {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(), stream.status(),
+          direct.status(), staging.status(), cma.status(), cma_reduce.status(), per_host.status(), cyclic.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};

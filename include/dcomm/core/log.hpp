@@ -116,9 +116,9 @@ class Logger {
 DCOMM_NAMESPACE_END
 
 // Formats its arguments only when the level and subsystem are enabled.
-#define DCOMM_LOG(level, subsys, rank, ...)                                               \
-  do {                                                                                    \
-    auto& dcomm_logger_ = ::dcomm::Logger::instance();                                    \
-    if (dcomm_logger_.enabled(::dcomm::LogLevel::level, ::dcomm::subsys))                 \
-      dcomm_logger_.log(::dcomm::LogLevel::level, ::dcomm::subsys, (rank), __VA_ARGS__);  \
+#define DCOMM_LOG(level, subsys, rank, ...)                                              \
+  do {                                                                                   \
+    auto& dcomm_logger_ = ::dcomm::Logger::instance();                                   \
+    if (dcomm_logger_.enabled(::dcomm::LogLevel::level, ::dcomm::subsys))                \
+      dcomm_logger_.log(::dcomm::LogLevel::level, ::dcomm::subsys, (rank), __VA_ARGS__); \
   } while (0)

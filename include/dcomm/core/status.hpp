@@ -92,7 +92,7 @@ class [[nodiscard]] Result {
   // under every compiler's rules (nvcc's front end does not apply C++20's wider implicit move).
   Result(T&& value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
   Result(const T& value) : v_(std::in_place_index<0>, value) {}        // NOLINT
-  Result(Status status) : v_(std::move(status)) {}  // NOLINT
+  Result(Status status) : v_(std::move(status)) {}                     // NOLINT
   bool ok() const { return v_.index() == 0; }
   Status status() const { return ok() ? Status{} : std::get<1>(v_); }
   T& value() & { return std::get<0>(v_); }
@@ -110,8 +110,8 @@ class [[nodiscard]] Result {
 DCOMM_NAMESPACE_END
 
 // Returns the Status of `expr` from the enclosing function when it is an error.
-#define DCOMM_RETURN_IF_ERROR(expr)                 \
-  do {                                              \
-    ::dcomm::Status dcomm_status_ = (expr);         \
-    if (!dcomm_status_.ok()) return dcomm_status_;  \
+#define DCOMM_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::dcomm::Status dcomm_status_ = (expr);        \
+    if (!dcomm_status_.ok()) return dcomm_status_; \
   } while (0)

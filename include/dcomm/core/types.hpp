@@ -91,13 +91,26 @@ inline std::optional<DataType> parse_data_type(std::string_view s) {
     DataType type;
   };
   static constexpr Name kNames[] = {
-      {"int8", DataType::kInt8},       {"char", DataType::kInt8},        {"uint8", DataType::kUint8},
-      {"int32", DataType::kInt32},     {"int", DataType::kInt32},        {"uint32", DataType::kUint32},
-      {"int64", DataType::kInt64},     {"uint64", DataType::kUint64},    {"float16", DataType::kFloat16},
-      {"half", DataType::kFloat16},    {"bfloat16", DataType::kBfloat16}, {"bf16", DataType::kBfloat16},
-      {"float32", DataType::kFloat32}, {"float", DataType::kFloat32},    {"float64", DataType::kFloat64},
-      {"double", DataType::kFloat64},  {"float8_e4m3", DataType::kFloat8E4M3}, {"f8e4m3", DataType::kFloat8E4M3},
-      {"float8_e5m2", DataType::kFloat8E5M2}, {"f8e5m2", DataType::kFloat8E5M2},
+      {"int8", DataType::kInt8},
+      {"char", DataType::kInt8},
+      {"uint8", DataType::kUint8},
+      {"int32", DataType::kInt32},
+      {"int", DataType::kInt32},
+      {"uint32", DataType::kUint32},
+      {"int64", DataType::kInt64},
+      {"uint64", DataType::kUint64},
+      {"float16", DataType::kFloat16},
+      {"half", DataType::kFloat16},
+      {"bfloat16", DataType::kBfloat16},
+      {"bf16", DataType::kBfloat16},
+      {"float32", DataType::kFloat32},
+      {"float", DataType::kFloat32},
+      {"float64", DataType::kFloat64},
+      {"double", DataType::kFloat64},
+      {"float8_e4m3", DataType::kFloat8E4M3},
+      {"f8e4m3", DataType::kFloat8E4M3},
+      {"float8_e5m2", DataType::kFloat8E5M2},
+      {"f8e5m2", DataType::kFloat8E5M2},
   };
   for (const auto& n : kNames)
     if (n.name == s) return n.type;
@@ -116,9 +129,9 @@ struct DataTypeOf {
                 "dcomm: no DataType for this element type; use int8/uint8/int32/uint32/int64/uint64, "
                 "float16, bfloat16, float8_e4m3, float8_e5m2, float or double");
 };
-#define DCOMM_DATA_TYPE_OF(T, V) \
-  template <>                    \
-  struct DataTypeOf<T> {         \
+#define DCOMM_DATA_TYPE_OF(T, V)                   \
+  template <>                                      \
+  struct DataTypeOf<T> {                           \
     static constexpr DataType value = DataType::V; \
   }
 DCOMM_DATA_TYPE_OF(int8_t, kInt8);

@@ -95,7 +95,8 @@ DCOMM_HOST_DEVICE inline uint64_t now_ns() {
   return t;
 #else
   return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 #endif
 }
 DCOMM_HOST_DEVICE inline void relax() {
@@ -185,9 +186,8 @@ class DevicePrims {
   }
   // next <- prev (+) local
   DCOMM_HOST_DEVICE DeviceStatus recv_reduce_send(const void* local, size_t count) {
-    return with_recv([&](const char* in) {
-      return with_send([&](char* out) { reduce(out, nullptr, in, local, count, 0); });
-    });
+    return with_recv(
+        [&](const char* in) { return with_send([&](char* out) { reduce(out, nullptr, in, local, count, 0); }); });
   }
   // dst <- prev (+) local, finalized
   DCOMM_HOST_DEVICE DeviceStatus recv_reduce_copy(const void* local, void* dst, size_t count) {
@@ -198,9 +198,8 @@ class DevicePrims {
   }
   // dst <- prev (+) local, finalized; next <- the same (one pass, two stores)
   DCOMM_HOST_DEVICE DeviceStatus recv_reduce_copy_send(const void* local, void* dst, size_t count) {
-    return with_recv([&](const char* in) {
-      return with_send([&](char* out) { reduce(dst, out, in, local, count, divide_by_); });
-    });
+    return with_recv(
+        [&](const char* in) { return with_send([&](char* out) { reduce(dst, out, in, local, count, divide_by_); }); });
   }
   // dst <- prev; next <- prev
   DCOMM_HOST_DEVICE DeviceStatus recv_copy_send(void* dst, size_t count) {
@@ -210,7 +209,9 @@ class DevicePrims {
   }
   // dst <- src (skipped in place); next <- src
   DCOMM_HOST_DEVICE DeviceStatus copy_send(const void* src, void* dst, size_t count) {
-    return with_send([&](char* out) { team_copy(team_, dst == src ? out : dst, dst == src ? nullptr : out, src, count * sizeof(T)); });
+    return with_send([&](char* out) {
+      team_copy(team_, dst == src ? out : dst, dst == src ? nullptr : out, src, count * sizeof(T));
+    });
   }
 
  private:

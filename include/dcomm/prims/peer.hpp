@@ -90,7 +90,8 @@ class PeerPort {
   }
   // False when nothing has arrived; a slot of another call, or of another size, is reported
   // through *status. `expect`: the message's stamp for a point-to-point receive.
-  bool try_acquire_recv(size_t expected_bytes, const char** slot, Status* status, const CallStamp* expect = nullptr) const {
+  bool try_acquire_recv(size_t expected_bytes, const char** slot, Status* status,
+                        const CallStamp* expect = nullptr) const {
     if (!in_.ready(recv_head_)) return false;
     auto r = checked_slot(expected_bytes, expect);
     if (!r.ok()) *status = r.status();
@@ -169,11 +170,11 @@ class PeerPort {
     };
     for (const CallStamp& theirs : {peer->stamp, peer->previous}) {
       if (!collective(theirs) || (theirs.a >> 32) != my_seq || theirs == mine) continue;
-      return make_error(ErrorCode::kAborted, "rank ", info_->rank,
-                        theirs == peer->stamp && peer->in_call ? " is in " : " made ", describe(theirs, true),
-                        " while rank ", self_rank_, " waits in ", describe(mine, true), " for ",
-                        sending ? "room at it" : "data from it", " (", info_->describe(),
-                        "): every rank must make the same calls, in the same order, with the same types, ops, counts and roots");
+      return make_error(
+          ErrorCode::kAborted, "rank ", info_->rank, theirs == peer->stamp && peer->in_call ? " is in " : " made ",
+          describe(theirs, true), " while rank ", self_rank_, " waits in ", describe(mine, true), " for ",
+          sending ? "room at it" : "data from it", " (", info_->describe(),
+          "): every rank must make the same calls, in the same order, with the same types, ops, counts and roots");
     }
     return {};
   }
@@ -227,8 +228,9 @@ class PeerPort {
                         "and roots");
     uint64_t got = in_.size(index);
     if (got != expected_bytes)
-      return make_error(ErrorCode::kAborted, info_->describe(), " sent a slot of ", got, " bytes where this rank expected ",
-                        expected_bytes, " in ", describe(mine), ": do all ranks set the same DCOMM_SLOT_BYTES?");
+      return make_error(ErrorCode::kAborted, info_->describe(), " sent a slot of ", got,
+                        " bytes where this rank expected ", expected_bytes, " in ", describe(mine),
+                        ": do all ranks set the same DCOMM_SLOT_BYTES?");
     return static_cast<const char*>(in_.payload(index, got));
   }
 
@@ -236,8 +238,8 @@ class PeerPort {
 
   std::unique_ptr<Connection> conn_;
   FifoRef out_, in_;
-  uint64_t head_cache_ = 0;                        // producer: the consumer's head, last read
-  uint64_t recv_head_ = 0, published_head_ = 0;    // consumer: slots taken, slots handed back
+  uint64_t head_cache_ = 0;                      // producer: the consumer's head, last read
+  uint64_t recv_head_ = 0, published_head_ = 0;  // consumer: slots taken, slots handed back
   const PeerInfo* info_;
   const AbortState* abort_;
   const Config* config_;

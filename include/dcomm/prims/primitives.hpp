@@ -59,9 +59,7 @@ class Primitives {
   // dst <- prev (+) local, finalized; next <- the same
   Status recv_reduce_copy_send(const void* local, void* dst, size_t count) {
     return with_recv(
-        [&](const char* in) {
-          return with_send([&](char* out) { reduce_to(dst, out, in, local, count); }, count);
-        },
+        [&](const char* in) { return with_send([&](char* out) { reduce_to(dst, out, in, local, count); }, count); },
         count);
   }
   // dst <- prev; next <- prev

@@ -53,7 +53,7 @@ struct Loops {
 };
 #if DCOMM_HOST_SIMD
 template <class T>
-  requires std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>
+requires std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>
 struct Loops<T, true> {
   template <class Op>
   static constexpr ReduceFn reduce = simd::reduce16<simd::LanesOf<T>, Op>;

@@ -39,21 +39,22 @@ struct GridTeam {
 namespace detail {
 constexpr int kElementwiseThreads = 512;
 template <class T, class Op>
-__global__ void __launch_bounds__(kElementwiseThreads, 2) reduce_kernel(T* dst, T* dst2, const T* a, const T* b, size_t n,
-                                                                     int divide_by) {
+__global__ void __launch_bounds__(kElementwiseThreads, 2)
+    reduce_kernel(T* dst, T* dst2, const T* a, const T* b, size_t n, int divide_by) {
   team_reduce<T, Op>(GridTeam{}, dst, dst2, a, b, n, divide_by);
 }
 // dst[i] = src[i] * factor (PreMulSum's scaling), the factor read here from device memory
 // when `on_device`, else the value passed.
 template <class T>
-__global__ void __launch_bounds__(kElementwiseThreads) scale_kernel(T* dst, const T* src, size_t n, const T* on_device,
-                                                                   T value) {
+__global__ void __launch_bounds__(kElementwiseThreads)
+    scale_kernel(T* dst, const T* src, size_t n, const T* on_device, T value) {
   const T f = on_device ? *on_device : value;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     dst[i] = combine<T, ProdOp>(src[i], f);
 }
-__global__ void __launch_bounds__(kElementwiseThreads, 2) copy_kernel(void* dst, void* dst2, const void* src, size_t bytes) {
+__global__ void __launch_bounds__(kElementwiseThreads, 2)
+    copy_kernel(void* dst, void* dst2, const void* src, size_t bytes) {
   team_copy(GridTeam{}, dst, dst2, src, bytes);
 }
 // Blocks of `kernel` resident at once on the current GPU (asked once per kernel: a process's
@@ -92,7 +93,8 @@ inline Status reduce_on_device(void* dst, void* dst2, const void* a, const void*
       const unsigned blocks = detail::blocks_for<&detail::reduce_kernel<T, Op>>(
           count * sizeof(T), detail::kPackBytes * detail::kReduceUnroll<T>);
       detail::reduce_kernel<T, Op><<<blocks, detail::kElementwiseThreads, 0, stream>>>(
-          static_cast<T*>(dst), static_cast<T*>(dst2), static_cast<const T*>(a), static_cast<const T*>(b), count, divide_by);
+          static_cast<T*>(dst), static_cast<T*>(dst2), static_cast<const T*>(a), static_cast<const T*>(b), count,
+          divide_by);
       return 0;
     });
   });
@@ -111,8 +113,8 @@ inline Status scale_on_device(void* dst, const void* src, size_t count, DataType
     if (!factor_on_device) std::memcpy(&value, factor, sizeof(T));
     const unsigned blocks = detail::blocks_for<&detail::scale_kernel<T>>(count * sizeof(T), sizeof(T));
     detail::scale_kernel<T><<<blocks, detail::kElementwiseThreads, 0, stream>>>(
-        static_cast<T*>(dst), static_cast<const T*>(src), count, factor_on_device ? static_cast<const T*>(factor) : nullptr,
-        value);
+        static_cast<T*>(dst), static_cast<const T*>(src), count,
+        factor_on_device ? static_cast<const T*>(factor) : nullptr, value);
     return 0;
   });
   return cuda_status(cudaGetLastError(), detail::cat("scale kernel (", to_string(type), ")"));

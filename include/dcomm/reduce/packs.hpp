@@ -99,7 +99,7 @@ DCOMM_HOST_DEVICE inline void store_pack(void* p, const Pack16& v) {
 // The number of leading elements before every pointer reaches a 16-byte boundary, or `n`
 // (all scalar) when the pointers are misaligned differently.
 DCOMM_HOST_DEVICE inline size_t aligned_head(size_t elem, size_t n, const void* p0, const void* p1, const void* p2,
-                                              const void* p3) {
+                                             const void* p3) {
   auto mis = [](const void* p) { return static_cast<size_t>(reinterpret_cast<uintptr_t>(p) & (kPackBytes - 1)); };
   const size_t m = mis(p0);
   if ((p1 && mis(p1) != m) || (p2 && mis(p2) != m) || (p3 && mis(p3) != m) || m % elem) return n;
@@ -122,7 +122,7 @@ DCOMM_HOST_DEVICE inline void reduce_pack_elems(Pack16& x, const Pack16& y, int 
   T xs[kPer], ys[kPer];
   memcpy(static_cast<void*>(xs), &x, sizeof xs);
   memcpy(static_cast<void*>(ys), &y, sizeof ys);
-DCOMM_UNROLL
+  DCOMM_UNROLL
   for (size_t k = 0; k < kPer; ++k) xs[k] = reduce_elem<T, Op>(xs[k], ys[k], divide_by);
   memcpy(&x, xs, sizeof xs);
 }
@@ -151,10 +151,10 @@ __device__ inline uint32_t floats_to_fp8x2(float lo, float hi) {
 }
 template <bool kE4M3, class Op>
 __device__ inline void reduce_fp8_pack(Pack16& x, const Pack16& y) {
-DCOMM_UNROLL
+  DCOMM_UNROLL
   for (int w = 0; w < 4; ++w) {
     uint32_t out = 0;
-DCOMM_UNROLL
+    DCOMM_UNROLL
     for (int h = 0; h < 2; ++h) {
       float a0, a1, b0, b1;
       fp8x2_to_floats<kE4M3>(x.w[w] >> (16 * h), &a0, &a1);
@@ -182,8 +182,8 @@ DCOMM_HOST_DEVICE inline void reduce_pack(Pack16& x, const Pack16& y, int divide
 // "reduce and copy" of recv_reduce_copy_send). divide_by > 0 finalizes kAvg. dst may be a or
 // b (same index); all pointers must be T-aligned.
 template <class T, class Op, class Team>
-DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_reduce(const Team& team, T* dst, T* dst2, const T* a, const T* b, size_t n,
-                                   int divide_by = 0) {
+DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_reduce(const Team& team, T* dst, T* dst2, const T* a, const T* b,
+                                                         size_t n, int divide_by = 0) {
   constexpr size_t kPer = detail::kPackBytes / sizeof(T);
   constexpr int kUnroll = detail::kReduceUnroll<T>;
   const size_t tid = static_cast<size_t>(team.thread()), nt = static_cast<size_t>(team.threads());
@@ -200,7 +200,7 @@ DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_reduce(const Team& team, T* ds
   T* pd2 = dst2 ? dst2 + head : nullptr;
   for (size_t base = tid; base < packs; base += nt * kUnroll) {
     detail::Pack16 x[kUnroll] = {}, y[kUnroll] = {};
-DCOMM_UNROLL
+    DCOMM_UNROLL
     for (int u = 0; u < kUnroll; ++u) {
       size_t p = base + static_cast<size_t>(u) * nt;
       if (p < packs) {
@@ -208,7 +208,7 @@ DCOMM_UNROLL
         y[u] = detail::load_pack(pb + p * kPer);
       }
     }
-DCOMM_UNROLL
+    DCOMM_UNROLL
     for (int u = 0; u < kUnroll; ++u) {
       size_t p = base + static_cast<size_t>(u) * nt;
       if (p >= packs) break;
@@ -234,7 +234,8 @@ DCOMM_HOST_DEVICE void team_divide(const Team& team, T* buf, size_t n, int divid
 
 // dst[0, bytes) = src, and dst2 the same when set; dst == src copies nothing to dst.
 template <class Team>
-DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_copy(const Team& team, void* dst, void* dst2, const void* src, size_t bytes) {
+DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_copy(const Team& team, void* dst, void* dst2, const void* src,
+                                                       size_t bytes) {
   auto* d = static_cast<uint8_t*>(dst == src ? nullptr : dst);
   auto* d2 = static_cast<uint8_t*>(dst2);
   if (!d && !d2) return;
@@ -253,12 +254,12 @@ DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_copy(const Team& team, void* d
   const size_t packs = (bytes - head) / detail::kPackBytes;
   for (size_t base = tid; base < packs; base += nt * detail::kCopyUnroll) {
     detail::Pack16 x[detail::kCopyUnroll] = {};
-DCOMM_UNROLL
+    DCOMM_UNROLL
     for (int u = 0; u < detail::kCopyUnroll; ++u) {
       size_t p = base + static_cast<size_t>(u) * nt;
       if (p < packs) x[u] = detail::load_pack(s + head + p * detail::kPackBytes);
     }
-DCOMM_UNROLL
+    DCOMM_UNROLL
     for (int u = 0; u < detail::kCopyUnroll; ++u) {
       size_t p = base + static_cast<size_t>(u) * nt;
       if (p >= packs) break;

@@ -40,12 +40,12 @@ DCOMM_NAMESPACE_BEGIN
 
 struct SimNetwork {
   int ranks_per_host = 8;
-  double local_alpha_us = 1.0;       // within a host: a step
-  double local_bytes_per_us = 150e3; // within a host: 150 GB/s (NVLink class)
-  double net_alpha_us = 5.0;         // between hosts: a step
-  double nic_bytes_per_us = 50e3;    // 400 Gb/s per NIC
-  int nics_per_host = 8;             // one per GPU
-  double reduce_bytes_per_us = 0;    // a rank folding what it receives; 0: free (a GPU's is)
+  double local_alpha_us = 1.0;        // within a host: a step
+  double local_bytes_per_us = 150e3;  // within a host: 150 GB/s (NVLink class)
+  double net_alpha_us = 5.0;          // between hosts: a step
+  double nic_bytes_per_us = 50e3;     // 400 Gb/s per NIC
+  int nics_per_host = 8;              // one per GPU
+  double reduce_bytes_per_us = 0;     // a rank folding what it receives; 0: free (a GPU's is)
   // CPU ranks (see above); 0 = not modelled.
   int cores_per_host = 0;
   double step_cpu_us = 0;
@@ -191,7 +191,8 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
   // Cores of each host: when each is next free.
   std::vector<std::vector<double>> cores;
   if (net.cores_per_host > 0)
-    cores.assign(static_cast<size_t>(host(n - 1) + 1), std::vector<double>(static_cast<size_t>(net.cores_per_host), 0.0));
+    cores.assign(static_cast<size_t>(host(n - 1) + 1),
+                 std::vector<double>(static_cast<size_t>(net.cores_per_host), 0.0));
   // Runs `us` of work for rank x from its clock, on the host's first free core when modelled.
   auto work = [&](int x, double us) {
     double& t = clock[static_cast<size_t>(x)];
@@ -245,7 +246,8 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
       }
       work(x, (st.fused ? 0 : net.step_cpu_us) + per_byte(bytes, net.copy_bytes_per_us));  // into the slot
       const double depart = clock[static_cast<size_t>(x)];
-      queues[{x, st.send_peer}].push_back({buf[static_cast<size_t>(x)].get(st.send), st.send.size(), depart + alpha + bytes / bw});
+      queues[{x, st.send_peer}].push_back(
+          {buf[static_cast<size_t>(x)].get(st.send), st.send.size(), depart + alpha + bytes / bw});
       clock[static_cast<size_t>(x)] = depart + bytes / bw;
       sent[static_cast<size_t>(x)] = true;
       ++res.messages;
@@ -288,7 +290,8 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
   if (finished != n) {
     for (int x = 0; x < n; ++x)
       if (pc[static_cast<size_t>(x)] < schedules[static_cast<size_t>(x)].size()) {
-        res.error = "deadlock: rank " + std::to_string(x) + " waits at step " + std::to_string(pc[static_cast<size_t>(x)]);
+        res.error =
+            "deadlock: rank " + std::to_string(x) + " waits at step " + std::to_string(pc[static_cast<size_t>(x)]);
         return res;
       }
   }
@@ -305,11 +308,12 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
     const SymbolicBuffer& b = buf[static_cast<size_t>(x)];
     auto expect = [&](Range r, Fingerprint want, const char* what_part) {
       for (Piece p : b.get(r)) {
-        if (n == 1 && what != SimCollective::kAllGather && p.fp.finalized == 0) p.fp.finalized = 1;  // over one rank, finalizing is nothing
+        if (n == 1 && what != SimCollective::kAllGather && p.fp.finalized == 0)
+          p.fp.finalized = 1;  // over one rank, finalizing is nothing
         if (!(p.fp == want)) {
-          res.error = "rank " + std::to_string(x) + " ends with " + what_part + " holding " + std::to_string(p.fp.count) +
-                      " contributions (finalized " + std::to_string(p.fp.finalized) + "x) at elements " +
-                      std::to_string(r.begin + p.begin) + "-" + std::to_string(r.begin + p.end);
+          res.error = "rank " + std::to_string(x) + " ends with " + what_part + " holding " +
+                      std::to_string(p.fp.count) + " contributions (finalized " + std::to_string(p.fp.finalized) +
+                      "x) at elements " + std::to_string(r.begin + p.begin) + "-" + std::to_string(r.begin + p.end);
           return;
         }
       }

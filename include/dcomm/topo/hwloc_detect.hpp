@@ -56,7 +56,8 @@ inline Result<Topology> detect_topology() {
     for (hwloc_obj_t p = os->parent; p; p = p->parent) {
       if (p->type == HWLOC_OBJ_PCI_DEVICE && d.bus_id.empty()) d.bus_id = detail::pci_address(p);
       if (p->type == HWLOC_OBJ_BRIDGE) {
-        if (p->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST) up.push_back("hostbridge" + std::to_string(p->logical_index));
+        if (p->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST)
+          up.push_back("hostbridge" + std::to_string(p->logical_index));
         else up.push_back(detail::pci_address(p));
       }
       if (!hwloc_obj_type_is_io(p->type)) break;  // reached the CPU side

@@ -32,8 +32,8 @@
 DCOMM_NAMESPACE_BEGIN
 
 struct TopoDevice {
-  std::string kind;  // "gpu" or "nic"
-  std::string name;  // "cuda0", "eth0", "mlx5_0"
+  std::string kind;    // "gpu" or "nic"
+  std::string name;    // "cuda0", "eth0", "mlx5_0"
   std::string bus_id;  // PCI address, "0000:3b:00.0"
   int numa = -1;       // NUMA node it is attached to
   // The bridges above it, from its host bridge ("hostbridge<N>") down to its parent switch.
@@ -117,7 +117,10 @@ class JsonParser {
         if (!v.ok()) return v;
         j.fields[key->text] = std::move(*v);
         skip();
-        if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
+        if (i_ < s_.size() && s_[i_] == ',') {
+          ++i_;
+          continue;
+        }
         if (i_ < s_.size() && s_[i_] == '}') return ++i_, j;
         return error("expected ',' or '}'");
       }
@@ -132,7 +135,10 @@ class JsonParser {
         if (!v.ok()) return v;
         j.items.push_back(std::move(*v));
         skip();
-        if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
+        if (i_ < s_.size() && s_[i_] == ',') {
+          ++i_;
+          continue;
+        }
         if (i_ < s_.size() && s_[i_] == ']') return ++i_, j;
         return error("expected ',' or ']'");
       }
@@ -189,9 +195,9 @@ struct Topology {
       << ",\n  \"devices\": [";
     for (size_t i = 0; i < devices.size(); ++i) {
       const auto& d = devices[i];
-      o << (i ? "," : "") << "\n    {\"kind\": " << detail::json_string(d.kind) << ", \"name\": "
-        << detail::json_string(d.name) << ", \"bus_id\": " << detail::json_string(d.bus_id) << ", \"numa\": " << d.numa
-        << ", \"path\": [";
+      o << (i ? "," : "") << "\n    {\"kind\": " << detail::json_string(d.kind)
+        << ", \"name\": " << detail::json_string(d.name) << ", \"bus_id\": " << detail::json_string(d.bus_id)
+        << ", \"numa\": " << d.numa << ", \"path\": [";
       for (size_t k = 0; k < d.path.size(); ++k) o << (k ? ", " : "") << detail::json_string(d.path[k]);
       o << "]}";
     }
@@ -260,8 +266,9 @@ struct Topology {
       cell(a.numa < 0 ? "N/A" : std::to_string(a.numa));
       o << "\n";
     }
-    o << "\n" << host << ": " << numa_nodes << " NUMA node(s), " << packages << " package(s), " << cores
-      << " core(s), " << pus << " hardware thread(s); from " << source << "\n"
+    o << "\n"
+      << host << ": " << numa_nodes << " NUMA node(s), " << packages << " package(s), " << cores << " core(s), " << pus
+      << " hardware thread(s); from " << source << "\n"
       << "Legend: X = self; PIX = one PCIe switch; PXB = several PCIe bridges (not the host bridge); "
          "PHB = through the host bridge; NODE = between host bridges of one NUMA node; SYS = across NUMA nodes\n";
     return o.str();
@@ -283,7 +290,8 @@ inline Result<Topology> load_topology() {
 #if DCOMM_HAS_HWLOC
     t = detect_topology();
 #else
-    return make_error(ErrorCode::kUnsupported, "topology detection needs hwloc (link dcomm::topo); or set DCOMM_TOPO_FILE");
+    return make_error(ErrorCode::kUnsupported,
+                      "topology detection needs hwloc (link dcomm::topo); or set DCOMM_TOPO_FILE");
 #endif
   }
   if (!t.ok()) return t;

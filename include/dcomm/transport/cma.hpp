@@ -30,8 +30,8 @@ Status cross_memory(int pid, char* local, uint64_t remote, size_t bytes, const c
     ssize_t moved = call(pid, &l, 1, &r, 1, 0);
     if (moved <= 0) {
       if (moved < 0 && errno == EINTR) continue;
-      return make_error(ErrorCode::kPeerFailure, what, " ", n, " bytes of pid ", pid, " failed: ",
-                        moved < 0 ? std::strerror(errno) : "nothing moved");
+      return make_error(ErrorCode::kPeerFailure, what, " ", n, " bytes of pid ", pid,
+                        " failed: ", moved < 0 ? std::strerror(errno) : "nothing moved");
     }
     local += moved, remote += static_cast<uint64_t>(moved), bytes -= static_cast<size_t>(moved);
   }
@@ -54,8 +54,8 @@ inline Status write_process_memory(int pid, bool same_process, uint64_t dst, con
     if (bytes) std::memmove(reinterpret_cast<void*>(dst), src, bytes);
     return {};
   }
-  return detail::cross_memory(pid, const_cast<char*>(static_cast<const char*>(src)), dst, bytes,
-                              "process_vm_writev of", process_vm_writev);
+  return detail::cross_memory(pid, const_cast<char*>(static_cast<const char*>(src)), dst, bytes, "process_vm_writev of",
+                              process_vm_writev);
 }
 
 // Whether this process can read process `pid`'s probe word at `probe_addr`.

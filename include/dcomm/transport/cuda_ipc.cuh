@@ -77,7 +77,8 @@ class CudaArenas {
   Status create(size_t bytes, bool ipc, bool host, const std::string& shm_dir, int rank, ArenaAddress* out) {
     bytes_ = bytes;
     *out = ArenaAddress{};
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaMalloc(&device_, bytes), detail::cat("cudaMalloc of ", bytes, " bytes of FIFOs")));
+    DCOMM_RETURN_IF_ERROR(
+        cuda_status(cudaMalloc(&device_, bytes), detail::cat("cudaMalloc of ", bytes, " bytes of FIFOs")));
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemset(device_, 0, bytes), "cudaMemset"));
     if (ipc) DCOMM_RETURN_IF_ERROR(cuda_status(cudaIpcGetMemHandle(&out->ipc, device_), "cudaIpcGetMemHandle"));
     out->device = reinterpret_cast<uintptr_t>(device_);
@@ -112,7 +113,8 @@ class CudaArenas {
     ArenaView v;
     if (same_process) {
       v.device = reinterpret_cast<char*>(static_cast<uintptr_t>(a.device));
-      if (a.has_host) DCOMM_RETURN_IF_ERROR(device_pointer(reinterpret_cast<void*>(static_cast<uintptr_t>(a.host)), &v.host));
+      if (a.has_host)
+        DCOMM_RETURN_IF_ERROR(device_pointer(reinterpret_cast<void*>(static_cast<uintptr_t>(a.host)), &v.host));
       return v;
     }
     void* p = nullptr;

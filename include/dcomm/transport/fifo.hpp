@@ -103,7 +103,8 @@ class FifoRef {
   }
   uint64_t max_wire_bytes() const { return wire_bytes(slot_bytes()); }
   static bool payload_of_wire(uint64_t wire, uint64_t* bytes) {
-    if (wire >= kSlotHeaderBytes - kStampOffset + kInlineBytes + 1) return *bytes = wire - (kSlotHeaderBytes - kStampOffset), true;
+    if (wire >= kSlotHeaderBytes - kStampOffset + kInlineBytes + 1)
+      return *bytes = wire - (kSlotHeaderBytes - kStampOffset), true;
     if (wire >= kInlineOffset - kStampOffset && wire <= kInlineOffset - kStampOffset + kInlineBytes)
       return *bytes = wire - (kInlineOffset - kStampOffset), true;
     return false;
@@ -137,7 +138,9 @@ class FifoRef {
   void close_consumer() const { h_->consumer_closed.store(1, std::memory_order_release); }
 
  private:
-  std::atomic_ref<uint64_t> seq(uint64_t index) const { return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot(index))); }
+  std::atomic_ref<uint64_t> seq(uint64_t index) const {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot(index)));
+  }
   char* slot(uint64_t index) const {
     return reinterpret_cast<char*>(h_) + sizeof(FifoHeader) + (index % h_->slots) * (kSlotHeaderBytes + h_->slot_bytes);
   }

@@ -31,8 +31,7 @@ inline InprocRegistry& inproc_registry() {
 
 class InprocConnection final : public Connection {
  public:
-  InprocConnection(std::shared_ptr<detail::InprocPair> pair, bool low)
-      : pair_(std::move(pair)), low_(low) {}
+  InprocConnection(std::shared_ptr<detail::InprocPair> pair, bool low) : pair_(std::move(pair)), low_(low) {}
   FifoRef send_fifo() const override { return low_ ? pair_->low_to_high.fifo : pair_->high_to_low.fifo; }
   FifoRef recv_fifo() const override { return low_ ? pair_->high_to_low.fifo : pair_->low_to_high.fifo; }
   const char* kind() const override { return "inproc"; }

@@ -72,7 +72,8 @@ class RegionRegistry {
     if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
       int e = errno;
       ::close(fd);
-      return make_error(ErrorCode::kOutOfResources, "mem_alloc: cannot size a ", bytes, "-byte region: ", std::strerror(e));
+      return make_error(ErrorCode::kOutOfResources, "mem_alloc: cannot size a ", bytes,
+                        "-byte region: ", std::strerror(e));
     }
     void* m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) {
@@ -95,7 +96,8 @@ class RegionRegistry {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
-      if (it == regions_.end()) return invalid_argument("mem_free: ", p, " was not returned by mem_alloc (or was freed already)");
+      if (it == regions_.end())
+        return invalid_argument("mem_free: ", p, " was not returned by mem_alloc (or was freed already)");
       r = it->second;
       regions_.erase(it);
     }

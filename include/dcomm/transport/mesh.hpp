@@ -95,7 +95,8 @@ Result<MeshSockets> build_mesh(int rank, uint64_t nonce, const std::vector<PeerI
   }
   int refused = 0;
   for (int got = 0; got < expected;) {
-    auto s = accept_one(listener, Deadline(std::chrono::milliseconds(std::min<long long>(200, deadline.remaining_ms() + 1))));
+    auto s = accept_one(listener,
+                        Deadline(std::chrono::milliseconds(std::min<long long>(200, deadline.remaining_ms() + 1))));
     if (!s.ok()) {
       DCOMM_RETURN_IF_ERROR(should_stop());
       if (!deadline.expired()) continue;
@@ -104,16 +105,18 @@ Result<MeshSockets> build_mesh(int rank, uint64_t nonce, const std::vector<PeerI
         if (plan.control[static_cast<size_t>(p)] && !mesh.control[static_cast<size_t>(p)].valid())
           missing += detail::cat(missing.empty() ? "" : ", ", p);
       return make_error(ErrorCode::kTimeout, "waiting for connections from ranks [", missing, "]: none within ",
-                        timeout.count(), " ms (DCOMM_TIMEOUT_MS)", refused ? detail::cat("; ", refused, " connection(s) refused") : "");
+                        timeout.count(), " ms (DCOMM_TIMEOUT_MS)",
+                        refused ? detail::cat("; ", refused, " connection(s) refused") : "");
     }
     auto payload = auth::accept_handshake(
-        s->fd(), secret, detail::kMeshMagic, Deadline(std::chrono::milliseconds(std::min<long long>(2000, deadline.remaining_ms() + 1))));
+        s->fd(), secret, detail::kMeshMagic,
+        Deadline(std::chrono::milliseconds(std::min<long long>(2000, deadline.remaining_ms() + 1))));
     auto hello = payload.ok() ? detail::parse_mesh_hello(*payload, nonce, rank, size, plan.data_sockets)
                               : Result<detail::MeshHello>(payload.status());
     if (!hello.ok()) {
       ++refused;
-      DCOMM_LOG(kWarn, kSubsysBootstrap, rank, "refused a connection to this rank's listener: ", hello.status().message(),
-                " (", refused, " so far)");
+      DCOMM_LOG(kWarn, kSubsysBootstrap, rank,
+                "refused a connection to this rank's listener: ", hello.status().message(), " (", refused, " so far)");
       continue;
     }
     size_t up = hello->rank;

@@ -81,7 +81,10 @@ class ProxyLink {
 class Proxy {
  public:
   Proxy(int rank, std::vector<PeerInfo> peers, std::shared_ptr<AbortState> abort)
-      : rank_(rank), peers_(std::move(peers)), abort_(std::move(abort)), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+      : rank_(rank),
+        peers_(std::move(peers)),
+        abort_(std::move(abort)),
+        wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
     controls_.resize(peers_.size());
     last_heard_ = std::vector<std::atomic<long long>>(peers_.size());
     queries_.resize(peers_.size());
@@ -105,15 +108,16 @@ class Proxy {
     links_.push_back(std::move(link));
     return raw;
   }
-  void start() { thread_ = std::thread([this] { run(); }); }
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
 
   // Wakes the thread if it sleeps; cheap when it does not.
   void notify() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sleeping_.load(std::memory_order_seq_cst)) {
       uint64_t one = 1;
-      if (write(wake_fd_, &one, sizeof one) < 0) {
-      }
+      if (write(wake_fd_, &one, sizeof one) < 0) {}
     }
   }
   // Which call `peer` is in, asked over its control socket (waits up to `within` for the
@@ -226,8 +230,7 @@ class Proxy {
       sleeping_.store(false);
       if (fds[0].revents & POLLIN) {
         uint64_t v;
-        if (read(wake_fd_, &v, sizeof v) < 0) {
-        }
+        if (read(wake_fd_, &v, sizeof v) < 0) {}
       }
       poll_controls();
     }
@@ -288,15 +291,15 @@ class Proxy {
         ++q.answers;
         query_cv_.notify_all();
       } else if (type == ControlType::kAbort) {
-        abort_->abort(make_error(remote_abort_code(abort_code(body)), who.describe(), " aborted the communicator: ",
-                                 abort_text(body)),
+        abort_->abort(make_error(remote_abort_code(abort_code(body)), who.describe(),
+                                 " aborted the communicator: ", abort_text(body)),
                       /*notify_peers=*/false);
       }
     });
     if (!s.ok()) {
       c.sock.close();
-      abort_->abort(make_error(ErrorCode::kPeerFailure, who.describe(), " sent ", s.message(),
-                               " on its control connection"));
+      abort_->abort(
+          make_error(ErrorCode::kPeerFailure, who.describe(), " sent ", s.message(), " on its control connection"));
     }
   }
 
@@ -319,7 +322,8 @@ class Proxy {
     }
     const std::string msg = control_frame(type, type == ControlType::kAbort ? text : std::string());
     for (auto& c : controls_)
-      if (c.sock.valid()) send_all(c.sock.fd(), msg.data(), msg.size(), Deadline(std::chrono::milliseconds(100))).ignore();
+      if (c.sock.valid())
+        send_all(c.sock.fd(), msg.data(), msg.size(), Deadline(std::chrono::milliseconds(100))).ignore();
   }
 
   int rank_;

@@ -39,8 +39,7 @@ class ShmMapping {
  public:
   ShmMapping() = default;
   ShmMapping(void* p, size_t bytes, std::string path) : p_(p), bytes_(bytes), path_(std::move(path)) {}
-  ShmMapping(ShmMapping&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_), path_(std::move(o.path_)) {}
+  ShmMapping(ShmMapping&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_), path_(std::move(o.path_)) {}
   ShmMapping& operator=(ShmMapping&&) = delete;
   ~ShmMapping() {
     if (p_) munmap(p_, bytes_);
@@ -56,7 +55,7 @@ class ShmMapping {
 };
 
 inline std::string shm_full_message(const std::string& dir, size_t need, const char* what = "one shared-memory FIFO") {
-  struct statvfs st{};
+  struct statvfs st {};
   std::string free_text = "unknown";
   if (statvfs(dir.c_str(), &st) == 0) free_text = detail::cat(st.f_bavail * st.f_frsize / (1024 * 1024), " MiB");
   return cat(dir, " is too small: ", need / (1024 * 1024), " MiB needed for ", what, ", ", free_text,
@@ -108,7 +107,8 @@ inline void sweep_dead_shm(const std::string& dir) {
   }
   closedir(d);
   if (removed)
-    DCOMM_LOG(kInfo, kSubsysTransport, -1, "removed ", removed, " shared-memory file(s) that exited dcomm processes left in ", dir);
+    DCOMM_LOG(kInfo, kSubsysTransport, -1, "removed ", removed,
+              " shared-memory file(s) that exited dcomm processes left in ", dir);
 }
 
 // A shared-memory region of `bytes` as a new file at `path` (in `dir`, DCOMM_SHM_DIR): its pages
@@ -141,7 +141,7 @@ inline Result<ShmMapping> open_shm_region(const std::string& path, size_t bytes,
                                           const char* mismatch) {
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return errno_status(cat("cannot open the peer's shared-memory file ", path).c_str());
-  struct stat st{};
+  struct stat st {};
   fstat(fd, &st);
   if (static_cast<size_t>(st.st_size) != bytes) {
     ::close(fd);

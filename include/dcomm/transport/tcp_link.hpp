@@ -38,7 +38,7 @@ class TcpLink final : public ProxyLink {
     SliceHeader send_hdr;
     uint64_t recv_slot = 0;
     size_t recv_off = 0;
-    SliceHeader recv_hdr;    // the slot's byte count and stamp, once in
+    SliceHeader recv_hdr;  // the slot's byte count and stamp, once in
     bool eof = false;
     bool want_out = false, want_in = false;
   };
@@ -131,8 +131,7 @@ inline bool TcpLink::pump() {
       ssize_t n = left ? ::recv(st.sock.fd(), dst, left, 0) : 0;
       if (n == 0 && left) {
         st.eof = true;
-        if (st.recv_off != 0)
-          return fail(detail::cat(peer_name(), " closed its connection mid-message"));
+        if (st.recv_off != 0) return fail(detail::cat(peer_name(), " closed its connection mid-message"));
         break;
       }
       if (n < 0) {
@@ -143,9 +142,8 @@ inline bool TcpLink::pump() {
       progress |= n > 0;
       if (st.recv_off >= kHeaderBytes) {
         if (st.recv_hdr.total > in.slot_bytes())
-          return fail(detail::cat(peer_name(), " sent a ", st.recv_hdr.total,
-                                     "-byte slot; this rank's slots hold ", in.slot_bytes(),
-                                     " (do all ranks set the same DCOMM_SLOT_BYTES?)"));
+          return fail(detail::cat(peer_name(), " sent a ", st.recv_hdr.total, "-byte slot; this rank's slots hold ",
+                                  in.slot_bytes(), " (do all ranks set the same DCOMM_SLOT_BYTES?)"));
         auto [b, e] = slice(k, st.recv_hdr.total);
         if (st.recv_off == kHeaderBytes + (e - b)) {
           in.set_size(st.recv_slot, st.recv_hdr.total);

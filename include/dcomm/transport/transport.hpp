@@ -74,9 +74,9 @@ class AbortState {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (aborted_.load(std::memory_order_relaxed)) return false;
-      status_ = Status(why.code() == ErrorCode::kTimeout || why.code() == ErrorCode::kPeerFailure ? why.code()
-                                                                                              : ErrorCode::kAborted,
-                       why.message());
+      status_ = Status(
+          why.code() == ErrorCode::kTimeout || why.code() == ErrorCode::kPeerFailure ? why.code() : ErrorCode::kAborted,
+          why.message());
       aborted_.store(true, std::memory_order_release);
     }
     if (on_abort_ && notify_peers) on_abort_(why);

@@ -55,7 +55,8 @@ class UcxWorker {
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-    if (s = ucp_worker_create(w->context_, &wp, &w->worker_); s != UCS_OK) return detail::ucx_error(s, "ucp_worker_create");
+    if (s = ucp_worker_create(w->context_, &wp, &w->worker_); s != UCS_OK)
+      return detail::ucx_error(s, "ucp_worker_create");
     if (s = ucp_worker_get_efd(w->worker_, &w->efd_); s != UCS_OK) return detail::ucx_error(s, "ucp_worker_get_efd");
     return w;
   }
@@ -95,7 +96,10 @@ class UcxLink final : public ProxyLink {
   static constexpr int kSeqBits = 44;
 
   UcxLink(int peer_rank, int my_rank, const Config& c, std::shared_ptr<UcxWorker> w)
-      : ProxyLink(peer_rank, c), me_(my_rank), worker_(std::move(w)), sends_(static_cast<size_t>(c.slots)),
+      : ProxyLink(peer_rank, c),
+        me_(my_rank),
+        worker_(std::move(w)),
+        sends_(static_cast<size_t>(c.slots)),
         recvs_(static_cast<size_t>(c.slots)) {}
   ~UcxLink() override { close_endpoint(std::chrono::milliseconds(0)); }
 
@@ -104,10 +108,12 @@ class UcxLink final : public ProxyLink {
   // host the communicator's control connections report a dead peer either way).
   Status connect(const std::string& peer_address_hex, bool same_host) {
     const auto decoded = detail::from_hex(peer_address_hex);
-    if (!decoded || decoded->empty()) return make_error(ErrorCode::kInternal, "rank ", peer, " published an unreadable UCX address");
+    if (!decoded || decoded->empty())
+      return make_error(ErrorCode::kInternal, "rank ", peer, " published an unreadable UCX address");
     const std::string& addr = *decoded;
     ucp_ep_params_t p{};
-    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = reinterpret_cast<const ucp_address_t*>(addr.data());
     p.err_mode = same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = &UcxLink::on_endpoint_error;
@@ -222,7 +228,9 @@ class UcxLink final : public ProxyLink {
     op->bytes = info ? info->length : 0;
     ucp_request_free(request);
   }
-  static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) { static_cast<UcxLink*>(arg)->ep_status_ = status; }
+  static void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
+    static_cast<UcxLink*>(arg)->ep_status_ = status;
+  }
 
   bool fail_with(ucs_status_t s, const std::string& what) {
     return fail(detail::cat("UCX link to ", peer_name(), ": ", what, ": ", ucs_status_string(s)));
@@ -240,9 +248,8 @@ class UcxLink final : public ProxyLink {
   void close_endpoint(std::chrono::milliseconds wait) {
     for (Op& op : recvs_)
       if (op.request && !op.done) ucp_request_cancel(worker_->worker(), op.request);
-    progress_while([&] {
-      return std::any_of(recvs_.begin(), recvs_.end(), [](const Op& op) { return op.request && !op.done; });
-    });
+    progress_while(
+        [&] { return std::any_of(recvs_.begin(), recvs_.end(), [](const Op& op) { return op.request && !op.done; }); });
     if (ep_) {
       ucp_request_param_t prm{};
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

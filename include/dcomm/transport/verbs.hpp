@@ -71,8 +71,9 @@ class RegistrationCache {
       }
     ibv_mr* mr = ibv_reg_mr(pd_, addr, bytes, access);
     if (!mr)
-      return make_error(ErrorCode::kSystemError, "registering ", bytes, " bytes with the RDMA device failed: ",
-                        std::strerror(errno), " (is the locked-memory limit, ulimit -l, large enough?)");
+      return make_error(ErrorCode::kSystemError, "registering ", bytes,
+                        " bytes with the RDMA device failed: ", std::strerror(errno),
+                        " (is the locked-memory limit, ulimit -l, large enough?)");
     entries_.push_front({a, a + bytes, access, keep, mr});
     ++registrations_;
     size_t evictable = 0;
@@ -194,8 +195,8 @@ class VerbsDevice {
     for (int i = 0; i < port_attr_.gid_tbl_len && port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET; ++i) {
       ibv_gid_entry e{};
       if (ibv_query_gid_ex(ctx_, static_cast<uint32_t>(port_), static_cast<uint32_t>(i), &e, 0) != 0) continue;
-      const bool v4 = std::all_of(e.gid.raw, e.gid.raw + 10, [](uint8_t b) { return b == 0; }) && e.gid.raw[10] == 0xff &&
-                      e.gid.raw[11] == 0xff;
+      const bool v4 = std::all_of(e.gid.raw, e.gid.raw + 10, [](uint8_t b) { return b == 0; }) &&
+                      e.gid.raw[10] == 0xff && e.gid.raw[11] == 0xff;
       if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && v4) {
         gid_index_ = i, gid_ = e.gid;
         return {};
@@ -220,7 +221,7 @@ class VerbsDevice {
 struct VerbsEndpoint {
   uint32_t qpn = 0, psn = 0, rkey = 0;
   uint16_t lid = 0;
-  uint64_t fifo = 0;  // the receive FIFO's address
+  uint64_t fifo = 0;                   // the receive FIFO's address
   uint64_t slot_bytes = 0, slots = 0;  // its layout, which the writer must share
   ibv_gid gid{};
 
@@ -277,8 +278,8 @@ class VerbsLink final : public ProxyLink {
     if (!qp_) return sys_error("ibv_create_qp");
     auto send_mr = dev_->registrations().get(send.memory, send.bytes, IBV_ACCESS_LOCAL_WRITE, /*keep=*/true);
     if (!send_mr.ok()) return send_mr.status();
-    auto recv_mr =
-        dev_->registrations().get(recv.memory, recv.bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, /*keep=*/true);
+    auto recv_mr = dev_->registrations().get(recv.memory, recv.bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                                             /*keep=*/true);
     if (!recv_mr.ok()) return recv_mr.status();
     send_mr_ = *send_mr, recv_mr_ = *recv_mr;
     ibv_qp_attr a{};
@@ -298,8 +299,8 @@ class VerbsLink final : public ProxyLink {
   // Connects to the peer's endpoint: INIT -> RTR -> RTS.
   Status connect(const VerbsEndpoint& peer_end) {
     if (peer_end.slot_bytes != recv.fifo.slot_bytes() || peer_end.slots != recv.fifo.slots())
-      return invalid_argument("rank ", peer, " has ", peer_end.slots, " slots of ", peer_end.slot_bytes, " bytes, this rank ",
-                              recv.fifo.slots(), " of ", recv.fifo.slot_bytes(),
+      return invalid_argument("rank ", peer, " has ", peer_end.slots, " slots of ", peer_end.slot_bytes,
+                              " bytes, this rank ", recv.fifo.slots(), " of ", recv.fifo.slot_bytes(),
                               ": every rank must set the same DCOMM_SLOT_BYTES and DCOMM_SLOTS");
     remote_ = peer_end;
     ibv_qp_attr a{};
@@ -371,8 +372,8 @@ class VerbsLink final : public ProxyLink {
   enum WrKind : uint64_t { kData = 1, kCredit = 2 };
 
   Status sys_error(const char* what) {
-    return make_error(ErrorCode::kSystemError, what, " for the link to rank ", peer, " on ", dev_->describe(), " failed: ",
-                      std::strerror(errno));
+    return make_error(ErrorCode::kSystemError, what, " for the link to rank ", peer, " on ", dev_->describe(),
+                      " failed: ", std::strerror(errno));
   }
   Status post_recv() {
     ibv_recv_wr wr{}, *bad = nullptr;
@@ -393,8 +394,8 @@ class VerbsLink final : public ProxyLink {
     wr.wr.rdma.remote_addr = remote;
     wr.wr.rdma.rkey = remote_.rkey;
     if (ibv_post_send(qp_, &wr, &bad) != 0)
-      return fail(detail::cat("RDMA write to ", peer_name(), " on ", dev_->describe(), ": ibv_post_send failed: ",
-                              std::strerror(errno)));
+      return fail(detail::cat("RDMA write to ", peer_name(), " on ", dev_->describe(),
+                              ": ibv_post_send failed: ", std::strerror(errno)));
     return true;
   }
   // Takes completions off the CQ: -1 after a failure, else how many.
@@ -403,7 +404,8 @@ class VerbsLink final : public ProxyLink {
     int total = 0;
     for (;;) {
       const int n = ibv_poll_cq(cq_, 16, wc);
-      if (n < 0) return fail(detail::cat("polling completions for ", peer_name(), " on ", dev_->describe(), " failed")), -1;
+      if (n < 0)
+        return fail(detail::cat("polling completions for ", peer_name(), " on ", dev_->describe(), " failed")), -1;
       for (int i = 0; i < n; ++i) {
         if (wc[i].status != IBV_WC_SUCCESS) {
           fail(detail::cat(wc[i].opcode & IBV_WC_RECV ? "receiving from " : "RDMA write to ", peer_name(), " on ",
@@ -420,7 +422,9 @@ class VerbsLink final : public ProxyLink {
           } else {
             FifoRef in = recv.fifo;
             if (imm > in.slot_bytes())
-              return fail(detail::cat(peer_name(), " wrote a ", imm, "-byte slot into ", in.slot_bytes(), "-byte slots")), -1;
+              return fail(detail::cat(peer_name(), " wrote a ", imm, "-byte slot into ", in.slot_bytes(),
+                                      "-byte slots")),
+                     -1;
             in.set_size(received_, imm);
             in.publish_tail(++received_);
           }

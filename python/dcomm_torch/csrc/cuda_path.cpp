@@ -17,8 +17,8 @@ void check(const Status& s) {
 }
 }  // namespace
 
-CudaWork::CudaWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::shared_ptr<at::cuda::CUDAEvent> end,
-                   c10::cuda::CUDAStream stream, DeviceHandle* device)
+CudaWork::CudaWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                   std::shared_ptr<at::cuda::CUDAEvent> end, c10::cuda::CUDAStream stream, DeviceHandle* device)
     : c10d::Work(rank, type), outputs_(std::move(outputs)), end_(std::move(end)), stream_(stream), device_(device) {
   // CUDA-aware: completed on the communication stream, so whoever takes the result waits for it.
   future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
@@ -55,8 +55,8 @@ CudaPath::~CudaPath() {
 }
 
 void CudaPath::check_device(const at::Tensor& t) const {
-  TORCH_CHECK(t.is_cuda() && t.device().index() == device_, "dcomm: this process group's CUDA calls use device ", device_,
-              "; a tensor is on ", t.device());
+  TORCH_CHECK(t.is_cuda() && t.device().index() == device_, "dcomm: this process group's CUDA calls use device ",
+              device_, "; a tensor is on ", t.device());
 }
 
 template <class Body>
@@ -74,8 +74,8 @@ c10::intrusive_ptr<c10d::Work> CudaPath::run(c10d::OpType type, const std::vecto
   }
   if (group_depth_ > 0) {
     group_outputs_.insert(group_outputs_.end(), outputs.begin(), outputs.end());
-    return c10::make_intrusive<CudaWork>(pg_.group_rank(), type, std::move(outputs), std::make_shared<at::cuda::CUDAEvent>(),
-                                         stream_, comm_);
+    return c10::make_intrusive<CudaWork>(pg_.group_rank(), type, std::move(outputs),
+                                         std::make_shared<at::cuda::CUDAEvent>(), stream_, comm_);
   }
   auto end = std::make_shared<at::cuda::CUDAEvent>();
   end->record(stream_);
@@ -96,7 +96,8 @@ c10::intrusive_ptr<c10d::Work> CudaPath::allreduce_coalesced(std::vector<at::Ten
     for (const auto& t : ts) flat.push_back(t.reshape({-1}));
     at::Tensor buf = at::cat(flat);
     if (r.premul != 1.0) buf.mul_(r.premul);
-    Status st = device_all_reduce(comm_, buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(buf.numel()), r.type, r.op, s);
+    Status st =
+        device_all_reduce(comm_, buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(buf.numel()), r.type, r.op, s);
     int64_t at = 0;
     for (const auto& t : ts) {
       t.copy_(buf.narrow(0, at, t.numel()).view(t.sizes()));
@@ -145,11 +146,13 @@ c10::intrusive_ptr<c10d::Work> CudaPath::reduce_scatter_base(at::Tensor& out, at
   TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "dcomm: CUDA reduce_scatter_tensor takes contiguous tensors");
   return run(c10d::OpType::_REDUCE_SCATTER_BASE, {in, out}, {out}, [&](void* s) {
     at::Tensor src = r.premul != 1.0 ? in.mul(r.premul) : in;
-    return device_reduce_scatter(comm_, src.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()), r.type, r.op, s);
+    return device_reduce_scatter(comm_, src.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()), r.type, r.op,
+                                 s);
   });
 }
 
-c10::intrusive_ptr<c10d::Work> CudaPath::reduce_scatter(at::Tensor& out, std::vector<at::Tensor>& ins, const Reduction& r) {
+c10::intrusive_ptr<c10d::Work> CudaPath::reduce_scatter(at::Tensor& out, std::vector<at::Tensor>& ins,
+                                                        const Reduction& r) {
   std::vector<at::Tensor> touched = ins;
   touched.push_back(out);
   return run(c10d::OpType::REDUCE_SCATTER, touched, {out}, [&](void* s) {
@@ -158,7 +161,8 @@ c10::intrusive_ptr<c10d::Work> CudaPath::reduce_scatter(at::Tensor& out, std::ve
     at::Tensor src = at::cat(flat);
     if (r.premul != 1.0) src.mul_(r.premul);
     at::Tensor dst = out.contiguous();
-    Status st = device_reduce_scatter(comm_, src.data_ptr(), dst.data_ptr(), static_cast<size_t>(dst.numel()), r.type, r.op, s);
+    Status st =
+        device_reduce_scatter(comm_, src.data_ptr(), dst.data_ptr(), static_cast<size_t>(dst.numel()), r.type, r.op, s);
     if (!dst.is_same(out)) out.copy_(dst);
     return st;
   });
@@ -227,7 +231,8 @@ c10::intrusive_ptr<c10d::Work> CudaPath::alltoall(at::Tensor& out, at::Tensor& i
 c10::intrusive_ptr<c10d::Work> CudaPath::point_to_point(bool is_send, at::Tensor& t, int peer, int) {
   TORCH_CHECK(t.is_contiguous(), "dcomm: CUDA send/recv take contiguous tensors");
   return run(is_send ? c10d::OpType::SEND : c10d::OpType::RECV, {t}, {t}, [&](void* s) {
-    return is_send ? device_send(comm_, t.data_ptr(), nbytes(t), peer, s) : device_recv(comm_, t.data_ptr(), nbytes(t), peer, s);
+    return is_send ? device_send(comm_, t.data_ptr(), nbytes(t), peer, s)
+                   : device_recv(comm_, t.data_ptr(), nbytes(t), peer, s);
   });
 }
 

@@ -44,8 +44,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         const auto n = static_cast<size_t>(tensor.numel());
         dcomm::Status s;
         const double us = time_us(iters, [&] {
-          if (s.ok()) s = pg->comm().all_reduce(tensor.data_ptr(), tensor.data_ptr(), n, dcomm::DataType::kFloat32,
-                                                dcomm::ReduceOp::kSum);
+          if (s.ok())
+            s = pg->comm().all_reduce(tensor.data_ptr(), tensor.data_ptr(), n, dcomm::DataType::kFloat32,
+                                      dcomm::ReduceOp::kSum);
         });
         if (!s.ok()) throw std::runtime_error(s.message());
         return us;

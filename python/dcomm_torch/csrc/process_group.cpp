@@ -170,7 +170,9 @@ Reduction reduction_for(const at::Tensor& t, const c10d::ReduceOp& op, const cha
   const bool is_bool = t.scalar_type() == at::kBool;
   switch (op.op_) {
     case c10d::ReduceOp::SUM: r.op = is_bool ? dcomm::ReduceOp::kMax : dcomm::ReduceOp::kSum; break;  // logical or
-    case c10d::ReduceOp::PRODUCT: r.op = is_bool ? dcomm::ReduceOp::kMin : dcomm::ReduceOp::kProd; break;  // logical and
+    case c10d::ReduceOp::PRODUCT:
+      r.op = is_bool ? dcomm::ReduceOp::kMin : dcomm::ReduceOp::kProd;
+      break;  // logical and
     case c10d::ReduceOp::MIN: r.op = dcomm::ReduceOp::kMin; break;
     case c10d::ReduceOp::MAX: r.op = dcomm::ReduceOp::kMax; break;
     case c10d::ReduceOp::AVG:
@@ -178,8 +180,8 @@ Reduction reduction_for(const at::Tensor& t, const c10d::ReduceOp& op, const cha
       r.op = dcomm::ReduceOp::kAvg;
       break;
     case c10d::ReduceOp::PREMUL_SUM: {
-      TORCH_CHECK(t.is_floating_point(), "dcomm: ", what, " uses ReduceOp.PREMUL_SUM on floating-point tensors only, not ",
-                  dtype_name(t));
+      TORCH_CHECK(t.is_floating_point(), "dcomm: ", what,
+                  " uses ReduceOp.PREMUL_SUM on floating-point tensors only, not ", dtype_name(t));
       auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK(s, "dcomm: ", what, ": PREMUL_SUM without its factor");
 #if TORCH_VERSION_MAJOR >= 2
@@ -243,8 +245,8 @@ ProcessGroupDcomm::~ProcessGroupDcomm() {
 
 c10::intrusive_ptr<BackendBase> ProcessGroupDcomm::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                           int size, const std::chrono::duration<float>& timeout) {
-  return c10::make_intrusive<ProcessGroupDcomm>(
-      store, rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  return c10::make_intrusive<ProcessGroupDcomm>(store, rank, size,
+                                                std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -268,17 +270,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::enqueue(c10d::OpType type, std
 }
 
 #ifdef DCOMM_TORCH_CUDA
-#define DCOMM_TORCH_ON_CUDA(tensor, call)                                              \
-  do {                                                                                 \
-    if ((tensor).is_cuda()) {                                                          \
+#define DCOMM_TORCH_ON_CUDA(tensor, call)                                               \
+  do {                                                                                  \
+    if ((tensor).is_cuda()) {                                                           \
       if (!cuda_) cuda_ = std::make_unique<CudaPath>(*this, (tensor).device().index()); \
-      return cuda_->call;                                                              \
-    }                                                                                  \
+      return cuda_->call;                                                               \
+    }                                                                                   \
   } while (0)
 #else
-#define DCOMM_TORCH_ON_CUDA(tensor, call)                                                                       \
-  TORCH_CHECK(!(tensor).is_cuda(), "dcomm: this dcomm_torch was built without CUDA; CUDA tensors need a build " \
-                                   "against a CUDA torch (torch 2.x) with nvcc")
+#define DCOMM_TORCH_ON_CUDA(tensor, call)                                                  \
+  TORCH_CHECK(!(tensor).is_cuda(),                                                         \
+              "dcomm: this dcomm_torch was built without CUDA; CUDA tensors need a build " \
+              "against a CUDA torch (torch 2.x) with nvcc")
 #endif
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allreduce(std::vector<at::Tensor>& tensors,
@@ -361,7 +364,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::_allgather_base(at::Tensor& ou
   check_dense(output, "all_gather_into_tensor");
   TORCH_CHECK(output.numel() == input.numel() * group_size(), "dcomm: all_gather_into_tensor: the output has ",
               output.numel(), " elements, not ", group_size(), " x ", input.numel());
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "dcomm: all_gather_into_tensor: input and output dtypes differ");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "dcomm: all_gather_into_tensor: input and output dtypes differ");
   at::Tensor in = input, out = output;
   DCOMM_TORCH_ON_CUDA(in, allgather_base(out, in));
   return enqueue(c10d::OpType::_ALLGATHER_BASE, {out}, nbytes(out), [this, in, out] {
@@ -406,7 +410,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allgather_coalesced(std::vecto
   }
   std::vector<at::Tensor> ins = inputs, all;
   for (const auto& list : outputs) {
-    TORCH_CHECK(list.size() == ins.size(), "dcomm: all_gather_coalesced: each output list needs ", ins.size(), " tensors");
+    TORCH_CHECK(list.size() == ins.size(), "dcomm: all_gather_coalesced: each output list needs ", ins.size(),
+                " tensors");
     all.insert(all.end(), list.begin(), list.end());
   }
   auto outs = outputs;
@@ -415,7 +420,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allgather_coalesced(std::vecto
     for (const auto& t : ins) flat.push_back(t.reshape({-1}).view(at::kByte));
     at::Tensor mine = at::cat(flat);
     at::Tensor gathered = at::empty({mine.numel() * group_size()}, mine.options());
-    Status s = comm_->all_gather(mine.data_ptr(), gathered.data_ptr(), static_cast<size_t>(mine.numel()), DataType::kUint8);
+    Status s =
+        comm_->all_gather(mine.data_ptr(), gathered.data_ptr(), static_cast<size_t>(mine.numel()), DataType::kUint8);
     if (!s.ok()) return s;
     for (int r = 0; r < group_size(); ++r) {
       int64_t at = static_cast<int64_t>(r) * mine.numel();
@@ -435,7 +441,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::_reduce_scatter_base(at::Tenso
   check_dense(output, "reduce_scatter_tensor");
   TORCH_CHECK(input.numel() == output.numel() * group_size(), "dcomm: reduce_scatter_tensor: the input has ",
               input.numel(), " elements, not ", group_size(), " x ", output.numel());
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "dcomm: reduce_scatter_tensor: input and output dtypes differ");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "dcomm: reduce_scatter_tensor: input and output dtypes differ");
   const Reduction r = reduction_for(input, opts.reduceOp, "reduce_scatter_tensor");
   at::Tensor in = input, out = output;
   DCOMM_TORCH_ON_CUDA(in, reduce_scatter_base(out, in, r));
@@ -473,7 +480,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::reduce_scatter(std::vector<at:
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                         std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::GatherOptions& opts) {
   check_one(inputs, "gather");
   const int root = static_cast<int>(opts.rootRank), me = group_rank(), n = group_size();
   at::Tensor in = inputs[0];
@@ -547,7 +555,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::alltoall_base(at::Tensor& outp
         parts.emplace_back(static_cast<size_t>(r) * static_cast<size_t>(rows / n) * row_bytes,
                            static_cast<size_t>(rows / n) * row_bytes);
     } else {
-      TORCH_CHECK(static_cast<int>(splits.size()) == n, "dcomm: all_to_all_single: ", which, " splits need ", n, " entries");
+      TORCH_CHECK(static_cast<int>(splits.size()) == n, "dcomm: all_to_all_single: ", which, " splits need ", n,
+                  " entries");
       size_t at = 0;
       int64_t total = 0;
       for (int64_t s : splits) {
@@ -570,10 +579,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::alltoall_base(at::Tensor& outp
     const char* s = static_cast<const char*>(src.data_ptr());
     char* d = static_cast<char*>(dst.data_ptr());
     for (int r = 0; r < n; ++r) {
-      ops.push_back(dcomm::P2POp::send(s + in_parts[static_cast<size_t>(r)].first, in_parts[static_cast<size_t>(r)].second,
-                                       DataType::kUint8, r));
-      ops.push_back(dcomm::P2POp::recv(d + out_parts[static_cast<size_t>(r)].first, out_parts[static_cast<size_t>(r)].second,
-                                       DataType::kUint8, r));
+      ops.push_back(dcomm::P2POp::send(s + in_parts[static_cast<size_t>(r)].first,
+                                       in_parts[static_cast<size_t>(r)].second, DataType::kUint8, r));
+      ops.push_back(dcomm::P2POp::recv(d + out_parts[static_cast<size_t>(r)].first,
+                                       out_parts[static_cast<size_t>(r)].second, DataType::kUint8, r));
     }
     Status st = comm_->p2p(ops);
     if (st.ok()) write_back(out, dst);
@@ -581,15 +590,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::alltoall_base(at::Tensor& outp
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::alltoall(std::vector<at::Tensor>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
                                                            const c10d::AllToAllOptions&) {
   const int n = group_size();
-  TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
-              "dcomm: all_to_all needs ", n, " input and ", n, " output tensors");
+  TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n, "dcomm: all_to_all needs ",
+              n, " input and ", n, " output tensors");
   for (int r = 0; r < n; ++r) {
     check_dense(inputs[static_cast<size_t>(r)], "all_to_all");
     check_dense(outputs[static_cast<size_t>(r)], "all_to_all");
-    TORCH_CHECK(inputs[static_cast<size_t>(r)].device().is_cpu(), "dcomm: all_to_all (a list of tensors) runs on CPU tensors");
+    TORCH_CHECK(inputs[static_cast<size_t>(r)].device().is_cpu(),
+                "dcomm: all_to_all (a list of tensors) runs on CPU tensors");
   }
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   size_t bytes = 0;
@@ -657,8 +668,9 @@ void ProcessGroupDcomm::start_pending_p2p() {
       [this, batch] {
         std::vector<dcomm::P2POp> ops;
         for (const auto& p : batch)
-          ops.push_back(p.is_send ? dcomm::P2POp::send(p.tensor.data_ptr(), nbytes(p.tensor), DataType::kUint8, p.peer, p.tag)
-                                  : dcomm::P2POp::recv(p.tensor.data_ptr(), nbytes(p.tensor), DataType::kUint8, p.peer, p.tag));
+          ops.push_back(
+              p.is_send ? dcomm::P2POp::send(p.tensor.data_ptr(), nbytes(p.tensor), DataType::kUint8, p.peer, p.tag)
+                        : dcomm::P2POp::recv(p.tensor.data_ptr(), nbytes(p.tensor), DataType::kUint8, p.peer, p.tag));
         std::exception_ptr error;
         try {
           Status s = comm_->p2p(ops);
@@ -695,9 +707,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allgather_into_tensor_coalesce
   for (size_t i = 0; i < inputs.size(); ++i) last = _allgather_base(outputs[i], inputs[i], opts);
   return last;  // in call order: the last one done means all are
 }
-c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
-                                                                                  std::vector<at::Tensor>& inputs,
-                                                                                  const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "dcomm: reduce_scatter_tensor_coalesced: as many outputs as inputs");
   c10::intrusive_ptr<c10d::Work> last;
   for (size_t i = 0; i < inputs.size(); ++i) last = _reduce_scatter_base(outputs[i], inputs[i], opts);
