@@ -193,39 +193,55 @@ def main():
         plot(a, systems, sizes, busbw)
 
 
-def compare_sim(a, sizes, med):
-    """Predicted (dcomm-sim --local N) against measured time of each forced algorithm over the
-    ring's, per size; the last column is the largest |predicted/measured - 1| of the row."""
-    out = sh([os.path.join(ROOT, "build", "tools", "dcomm-sim"), "--local", str(a.N), "-s", ",".join(map(str, sizes))])
+def sim_predictions(n, extra=()):
+    """dcomm-sim --local n's predicted time per size (bytes) and algorithm."""
+    out = sh([os.path.join(ROOT, "build", "tools", "dcomm-sim"), "--local", str(n)] + list(extra))
     lines = [x.split() for x in out.splitlines() if x.strip()]
-    head = next(x for x in lines if x[0] == "ranks")
-    cols = head[2:]
+    cols = next(x for x in lines if x[0] == "ranks")[2:]
     pred = {}
     for f in lines:
         if f[0].isdigit():
             vals = [float(v) for v in f[3::2]]  # "<time> ok" pairs after ranks and "<n> <unit>"
             z = to_bytes(f[1] + {"B": "", "KiB": "K", "MiB": "M", "GiB": "G"}[f[2]])
             pred[z] = dict(zip(cols, vals))
-    algos = [x for x in cols if x != "ring" and f"dcomm/{x}" in med]
-    print(f"# time over the ring's: predicted by dcomm-sim --local {a.N} / measured (median)")
-    print(f"{'size':>9}" + "".join(f" {x:>26}" for x in algos) + f" {'worst error':>11}")
-    worst_all = 0
+    return pred
+
+
+def sim_errors(pred, med, sizes):
+    """{size: {algorithm: (predicted, measured)}}: each forced algorithm's time over the ring's,
+    predicted and measured (med: compare's medians by system and size)."""
+    out = {}
     for z in sizes:
         ring = med.get("dcomm/ring", {}).get(z)
         if z not in pred or not ring:
             continue
+        out[z] = {x: (pred[z][x] / pred[z]["ring"], med[f"dcomm/{x}"][z] / ring)
+                  for x in pred[z] if x != "ring" and z in med.get(f"dcomm/{x}", {})}
+    return out
+
+
+def compare_sim(a, sizes, med):
+    """Predicted (dcomm-sim --local N) against measured time of each forced algorithm over the
+    ring's, per size; the last column is the largest |predicted/measured - 1| of the row."""
+    pred = sim_predictions(a.N)  # its 7 sizes, 8 B to 32 MiB
+    rows = sim_errors(pred, med, sizes)
+    algos = [x for x in next(iter(pred.values()), {}) if x != "ring" and f"dcomm/{x}" in med]
+    print(f"# time over the ring's: predicted by dcomm-sim --local {a.N} / measured (median)")
+    print(f"{'size':>9}" + "".join(f" {x:>26}" for x in algos) + f" {'worst error':>11}")
+    worst_all, within, total = 0, 0, 0
+    for z, row in rows.items():
         line, worst = f"{human(z):>9}", 0
         for x in algos:
-            m = med[f"dcomm/{x}"].get(z)
-            if m is None:
+            if x not in row:
                 line += f" {'-':>26}"
                 continue
-            pr, mr = pred[z][x] / pred[z]["ring"], m / ring
+            pr, mr = row[x]
             worst = max(worst, abs(pr / mr - 1))
+            within, total = within + (abs(pr / mr - 1) <= 0.25), total + 1
             line += f" {pr:12.2f} / {mr:5.2f} ({pr / mr - 1:+4.0%})"
         worst_all = max(worst_all, worst)
         print(line + f" {worst:11.0%}")
-    print(f"# largest error: {worst_all:.0%}")
+    print(f"# largest error: {worst_all:.0%}; within 25%: {within} of {total}")
 
 
 def to_bytes(text):
