@@ -262,28 +262,27 @@ class DeviceCommunicator {
     const int C = cfg_.channels;
     std::vector<DeviceConn> sends(usize() * static_cast<size_t>(C)), recvs(sends.size());
     char* local_dev = views[static_cast<size_t>(me)].device;
+    // The FIFO from `from` to `to` on channel c, seen from this rank's end `role` (0: it sends,
+    // 1: it receives): its slots and posted counter in `holder` (the receiver's arena), its
+    // freed counter in `other` (the sender's), this rank's step counter for the pair.
+    auto fifo = [&](char* holder, int from, char* other, int to, int c, int role) -> DeviceConn {
+      const int peer = role == 0 ? to : from;
+      return {holder + layout_.slots(from, c),
+              reinterpret_cast<uint64_t*>(holder + layout_.posted(from, c)),
+              reinterpret_cast<uint64_t*>(other + layout_.freed(to, c)),
+              reinterpret_cast<uint64_t*>(local_dev + layout_.step(peer, c, role)),
+              cfg_.nslots,
+              cfg_.slot_bytes,
+              peer};
+    };
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       for (int c = 0; c < C; ++c) {
         char* theirs = arena(p, me);  // p's arena, where my FIFO to p lives
         char* mine_a = arena(me, p);  // my arena, where p's FIFO to me lives
         if (!theirs || !mine_a) return make_error(ErrorCode::kInternal, "no arena for the pair with rank ", p);
-        auto& s = sends[layout_.index(p, c)];
-        s = {theirs + layout_.slots(me, c),
-             reinterpret_cast<uint64_t*>(theirs + layout_.posted(me, c)),
-             reinterpret_cast<uint64_t*>(mine_a + layout_.freed(p, c)),
-             reinterpret_cast<uint64_t*>(local_dev + layout_.step(p, c, 0)),
-             cfg_.nslots,
-             cfg_.slot_bytes,
-             p};
-        auto& rv = recvs[layout_.index(p, c)];
-        rv = {mine_a + layout_.slots(p, c),
-              reinterpret_cast<uint64_t*>(mine_a + layout_.posted(p, c)),
-              reinterpret_cast<uint64_t*>(theirs + layout_.freed(me, c)),
-              reinterpret_cast<uint64_t*>(local_dev + layout_.step(p, c, 1)),
-              cfg_.nslots,
-              cfg_.slot_bytes,
-              p};
+        sends[layout_.index(p, c)] = fifo(theirs, me, mine_a, p, c, 0);
+        recvs[layout_.index(p, c)] = fifo(mine_a, p, theirs, me, c, 1);
       }
     }
     // The ring in the host communicator's order (the topology's): from prev, to next.
