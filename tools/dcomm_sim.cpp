@@ -1,6 +1,6 @@
 // dcomm-sim: the all_reduce algorithms dcomm runs, simulated at scale without moving data:
-// the recursive schedules as the data the communicator runs (algo/schedule.hpp), the ring and
-// the trees recorded from their code (sim/recorder.hpp). Predicted time per algorithm by size
+// the recursive schedules as the data the communicator runs (algo/schedule.hpp), the ring, the
+// trees, direct and hierarchical recorded from their code (sim/recorder.hpp). Predicted time per algorithm by size
 // and rank count, with every rank's result checked symbolically.
 //
 //   dcomm-sim                      1,024 and 65,536 ranks on 8-GPU hosts, 400 Gb/s per NIC
@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
         net.ranks_per_host, net.local_alpha_us, net.local_bytes_per_us / 1e3, net.net_alpha_us, net.nics_per_host,
         net.nic_bytes_per_us / 1e3);
   std::printf("# all_reduce, float32; predicted time in us; every rank's result checked symbolically ('ok')\n");
-  std::printf("%8s %9s %19s %19s %19s %19s %19s\n", "ranks", "size", "ring", "recursive_doubling", "rabenseifner",
-              "tree", "double_tree");
+  std::printf("%8s %9s %19s %19s %19s %19s %19s %19s %19s\n", "ranks", "size", "ring", "recursive_doubling",
+              "rabenseifner", "tree", "double_tree", "hierarchical", "direct");
   int failures = 0;
   for (int n : ranks) {
     for (size_t bytes : sizes) {
@@ -156,12 +156,24 @@ int main(int argc, char** argv) {
       run([&](int w, int x) { return schedule_rabenseifner(w, x, count); });
       recorded(record_tree_all_reduce, slice);
       recorded(record_double_tree_all_reduce, slice);
+      // Hierarchical: the host's tree in the trees' slices, Rabenseifner among the hosts' leaders.
+      if (at.ranks_per_host > 1 && at.ranks_per_host < n)
+        recorded([&](int w, int x, size_t c,
+                     size_t sl) { return record_hierarchical_all_reduce(w, x, c, sl, at.ranks_per_host); },
+                 slice);
+      else std::printf(" %19s", "-");
+      // Direct: for a few KiB within a host (the model charges a sender nothing per message
+      // beyond its bytes, so over many ranks direct would look cheaper than it is).
+      if (bytes <= kDirectMaxBytes && (local || n <= at.ranks_per_host)) recorded(record_direct_all_reduce, count);
+      else std::printf(" %19s", "-");
       std::printf("\n");
       std::fflush(stdout);
     }
   }
   std::printf(
       "# ok: simulated and checked; an: the ring above 4,096 ranks, timed analytically; trees pipelined in "
-      "512 KiB slices (at scale, at most 32 slices)\n");
+      "512 KiB slices (at scale, at most 32 slices); -: not chosen there (hierarchical: one host; direct: above "
+      "%zu bytes or across hosts)\n",
+      kDirectMaxBytes);
   return failures ? 1 : 0;
 }

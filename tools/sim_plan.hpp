@@ -147,6 +147,12 @@ int run_plan(int argc, char** argv, Bytes bytes_of) {
   row("tree", [&](size_t c) { return simulate_recorded_all_reduce(n, c, sliced(c), 4, net, record_tree_all_reduce); });
   row("double_tree",
       [&](size_t c) { return simulate_recorded_all_reduce(n, c, sliced(c), 4, net, record_double_tree_all_reduce); });
+  if (a.hosts > 1 && a.gpus > 1)
+    row("hierarchical", [&](size_t c) {
+      return simulate_recorded_all_reduce(n, c, sliced(c), 4, net, [&](int w, int x, size_t cc, size_t sl) {
+        return record_hierarchical_all_reduce(w, x, cc, sl, a.gpus);
+      });
+    });
   if (fastest) std::printf("# fastest simulated: %s, %.2f ms of all-reduce a step\n", fastest, fastest_us / 1e3);
   // dcomm's choice: its cost model with this cluster's links (reductions on the GPU: free).
   LinkModel link;
@@ -159,9 +165,7 @@ int run_plan(int argc, char** argv, Bytes bytes_of) {
     const Choice choice = choose_algorithm(shape, defaults, /*single_copy=*/false, link);
     std::printf("# dcomm's cost model picks %s for a %s bucket (its prediction: %.1f us)%s\n",
                 to_string(choice.algorithm), mib(c * 4.0).c_str(), predict_us(choice.algorithm, shape, link),
-                choice.algorithm == Algorithm::kHierarchical || choice.algorithm == Algorithm::kDirect
-                    ? "; not simulated here"
-                    : "");
+                choice.algorithm == Algorithm::kDirect ? "; not simulated here" : "");
     if (c == last && last == full) break;
   }
   std::printf(

@@ -201,9 +201,14 @@ def sim_predictions(n, extra=()):
     pred = {}
     for f in lines:
         if f[0].isdigit():
-            vals = [float(v) for v in f[3::2]]  # "<time> ok" pairs after ranks and "<n> <unit>"
+            # after ranks and "<n> <unit>": "<time> ok" per column, or one word ("-", "FAILED")
+            vals, rest = [], f[3:]
+            while rest:
+                ok = len(rest) > 1 and rest[1] in ("ok", "an")
+                vals.append(float(rest[0]) if ok else None)
+                rest = rest[2:] if ok else rest[1:]
             z = to_bytes(f[1] + {"B": "", "KiB": "K", "MiB": "M", "GiB": "G"}[f[2]])
-            pred[z] = dict(zip(cols, vals))
+            pred[z] = {c: v for c, v in zip(cols, vals) if v is not None}
     return pred
 
 

@@ -23,8 +23,30 @@ TEST_CASE("simulator: every schedule leaves every rank with the right contributi
       // than the chunks, as large as them, and larger than the whole buffer.
       for (size_t slice : {size_t{3}, size_t{64}, size_t{4096}}) {
         CAPTURE(slice);
-        for (auto record : {record_ring_all_reduce, record_tree_all_reduce, record_double_tree_all_reduce})
+        for (auto record :
+             {record_ring_all_reduce, record_tree_all_reduce, record_double_tree_all_reduce, record_direct_all_reduce})
           CHECK(simulate_recorded_all_reduce(n, count, slice, 4, net, record).error == "");
+        // Hierarchical over hosts of 4 ranks (the last one partial) and of 3.
+        for (int per_host : {4, 3}) {
+          SimNetwork hosts = net;
+          hosts.ranks_per_host = per_host;
+          CHECK(simulate_recorded_all_reduce(n, count, slice, 4, hosts, [&](int w, int x, size_t c, size_t sl) {
+                  return record_hierarchical_all_reduce(w, x, c, sl, per_host);
+                }).error == "");
+        }
+        // The rooted collectives, along the chain and down the tree, from the first, a middle
+        // and the last rank.
+        for (int root : {0, n / 2, n - 1}) {
+          CAPTURE(root);
+          for (Algorithm a : {Algorithm::kRing, Algorithm::kTree})
+            for (auto [kind, what] : {std::pair{OpKind::kBroadcast, SimCollective::kBroadcast},
+                                      std::pair{OpKind::kReduce, SimCollective::kReduce}})
+              CHECK(simulate_recorded(
+                        what, n, count, slice, 4, net,
+                        [&](int w, int x, size_t c, size_t sl) { return record_rooted(kind, a, w, x, c, sl, root); },
+                        root)
+                        .error == "");
+        }
       }
       const size_t total = count * static_cast<size_t>(n);
       CHECK(simulate(schedules_for(n, [&](int w, int x) { return schedule_halving_reduce_scatter(w, x, count); }),
@@ -51,6 +73,26 @@ TEST_CASE("simulator: broken schedules are reported, not passed") {
   for (auto& s : copy_not_reduce) s[0].reduce = false;  // the first exchange overwrites instead of adding
   CHECK(simulate(copy_not_reduce, SimCollective::kAllReduce, count, 4, 0, net).error.find("contributions") !=
         std::string::npos);
+  // A recorded broadcast whose receivers fold instead of copying, or whose root is not the one
+  // it claims; a reduce whose root forgets its own data.
+  auto tree_bcast = schedules_for(
+      4, [&](int w, int x) { return record_rooted(OpKind::kBroadcast, Algorithm::kTree, w, x, count, 16, 1); });
+  const RecordedLayout l{count, 16};
+  const SimLayout at{l.elems(), l.input_at(), l.output_at(), 1};
+  CHECK(simulate(tree_bcast, SimCollective::kBroadcast, count, 4, 0, net, at).error == "");
+  auto folds = tree_bcast;
+  for (auto& s : folds)
+    for (auto& st : s)
+      if (st.recv_peer >= 0) st.reduce = true;
+  CHECK(simulate(folds, SimCollective::kBroadcast, count, 4, 0, net, at).error.find("contributions") !=
+        std::string::npos);
+  CHECK(simulate(tree_bcast, SimCollective::kBroadcast, count, 4, 0, net, SimLayout{l.elems(), 0, count, 2})
+            .error.find("contributions") != std::string::npos);
+  auto direct = schedules_for(4, [&](int w, int x) { return record_direct_all_reduce(w, x, count, 16); });
+  auto no_own = direct;
+  std::erase_if(no_own[3], [](const Step& st) { return st.kind == Step::Kind::kCopy && st.reduce; });  // its own fold
+  CHECK(simulate(direct, SimCollective::kAllReduce, count, 4, 0, net, at).error == "");
+  CHECK(simulate(no_own, SimCollective::kAllReduce, count, 4, 0, net, at).error != "");
   auto lone = rd;
   lone[0].insert(lone[0].begin(), detail::recv_only(3, {0, count}, false, false));  // nobody sends it
   CHECK(simulate(lone, SimCollective::kAllReduce, count, 4, 0, net).error.find("deadlock") != std::string::npos);

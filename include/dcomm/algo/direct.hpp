@@ -3,43 +3,34 @@
 // expression and gets the same bits. One exchange instead of the ring's 2(n-1) dependent
 // steps: at 8 bytes on two ranks that halves the latency. It moves (n-1) x the data per rank,
 // so it is only chosen for messages of a few KiB (Config::direct_bytes).
+//
+// Written once over peer-addressed primitives (algo/tree_collectives.hpp lists them, plus
+// local_reduce): the host's ports run it (algo/recursive.hpp), and so does the simulator's
+// recorder (sim/recorder.hpp).
 #pragma once
 
-#include <cstring>
-#include <vector>
+#include <cstddef>
 
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
-#include "dcomm/prims/peer.hpp"
-#include "dcomm/reduce/host_reducer.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
 inline constexpr size_t kDirectMaxBytes = 16384;
 
-// ports[p] is the port to rank p (null for this rank); bytes <= kDirectMaxBytes and <= a slot.
-inline Status direct_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r, const void* send,
-                                void* recv, size_t count) {
-  const int size = static_cast<int>(ports.size());
-  const size_t bytes = count * r.elem_bytes;
+// count elements, at most one slot; acc: count elements of scratch (in place, recv is the
+// input that the peers are sent, so the fold cannot land there).
+template <class Ops>
+Status direct_all_reduce(Ops& o, int rank, int size, const char* send, char* recv, size_t count, char* acc) {
   for (int p = 0; p < size; ++p)
-    if (p != rank) DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->post(send, bytes));
-  // Fold in rank order into a local buffer: in place, recv is this rank's input.
-  alignas(64) char acc[kDirectMaxBytes];
+    if (p != rank) DCOMM_RETURN_IF_ERROR(o.send(p, send, count));
   for (int p = 0; p < size; ++p) {
-    const char* data = static_cast<const char*>(send);
-    if (p != rank) {
-      auto slot = ports[static_cast<size_t>(p)]->acquire_recv(bytes);
-      if (!slot.ok()) return slot.status();
-      data = *slot;
-    }
-    if (p == 0) std::memcpy(acc, data, bytes);
-    else r.reduce(acc, acc, data, count);
-    if (p != rank) ports[static_cast<size_t>(p)]->release_recv();
+    if (p == rank)
+      DCOMM_RETURN_IF_ERROR(p == 0 ? o.local_copy(acc, send, count) : o.local_reduce(acc, acc, send, count));
+    else DCOMM_RETURN_IF_ERROR(p == 0 ? o.recv(p, acc, count) : o.recv_reduce(p, acc, acc, count));
   }
-  r.finalize(acc, count);
-  std::memcpy(recv, acc, bytes);
-  return {};
+  DCOMM_RETURN_IF_ERROR(o.finalize(acc, count));
+  return o.local_copy(recv, acc, count);
 }
 
 DCOMM_NAMESPACE_END

@@ -1,6 +1,7 @@
-// Latency algorithms over all peers: recursive doubling and Rabenseifner all_reduce, recursive
-// halving reduce_scatter and recursive doubling all_gather, and the pipelined binary trees
-// (algo/tree_collectives.hpp) over the ports. The first four are schedules as data
+// The algorithms over all peers, on the host's ports: recursive doubling and Rabenseifner
+// all_reduce, recursive halving reduce_scatter and recursive doubling all_gather, and the
+// algorithms written over peer-addressed primitives: the pipelined binary trees
+// (algo/tree_collectives.hpp), direct (algo/direct.hpp) and hierarchical (algo/hierarchical.hpp). The first four are schedules as data
 // (algo/schedule.hpp, which also explains how any world size folds to a power of two), run
 // over the ports: each exchange is a p2p batch, so two partners sending to each other never
 // deadlock.
@@ -17,6 +18,8 @@
 #include <span>
 #include <vector>
 
+#include "dcomm/algo/direct.hpp"
+#include "dcomm/algo/hierarchical.hpp"
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/algo/schedule.hpp"
 #include "dcomm/algo/tree.hpp"
@@ -78,6 +81,20 @@ struct PeerSet {
   int size() const { return static_cast<int>(ports.size()); }
 };
 
+// The host's executor of the algorithms over peers: the primitives over the ports
+// (prims/peer_prims.hpp), and schedules run over them (run_schedule).
+class PortOps : public PeerPrims {
+ public:
+  PortOps(const PeerSet& ps, const Reducer* r, size_t elem_bytes)
+      : PeerPrims(ps.ports, r, elem_bytes, ps.config), ps_(ps) {}
+  Status run(const Schedule& s, char* buf, char* tmp) {
+    return run_schedule(ps_.ports, ps_.rank, ps_.config, s, reducer(), elem_bytes(), buf, tmp);
+  }
+
+ private:
+  const PeerSet& ps_;
+};
+
 namespace detail {
 inline char* scratch_of(std::vector<char>& scratch, size_t bytes) {
   if (scratch.size() < bytes) scratch.resize(bytes);
@@ -133,31 +150,46 @@ inline Status doubling_all_gather(const PeerSet& ps, const void* send, void* rec
                       nullptr, 1, out);
 }
 
-// The trees of algo/tree_collectives.hpp over the ports: slices of one slot.
+// The algorithms over peer-addressed primitives, over the ports: slices of one slot.
 inline Status tree_broadcast(const PeerSet& ps, int root, const void* send, void* recv, size_t bytes) {
-  PeerPrims o(ps.ports, nullptr, 1, ps.config);
+  PortOps o(ps, nullptr, 1);
   return tree_broadcast(o, ps.rank, ps.size(), root, static_cast<const char*>(send), static_cast<char*>(recv), bytes);
 }
 
 inline Status tree_reduce(const PeerSet& ps, const Reducer& r, int root, const void* send, void* recv, size_t count,
                           std::vector<char>& scratch) {
-  PeerPrims o(ps.ports, &r, r.elem_bytes, ps.config);
+  PortOps o(ps, &r, r.elem_bytes);
   return tree_reduce(o, ps.rank, ps.size(), root, static_cast<const char*>(send), static_cast<char*>(recv), count,
                      detail::scratch_of(scratch, o.slice_elems() * r.elem_bytes));
 }
 
 inline Status tree_all_reduce(const PeerSet& ps, const Reducer& r, const void* send, void* recv, size_t count,
                               std::vector<char>& scratch) {
-  PeerPrims o(ps.ports, &r, r.elem_bytes, ps.config);
+  PortOps o(ps, &r, r.elem_bytes);
   return tree_all_reduce(o, ps.rank, ps.size(), static_cast<const char*>(send), static_cast<char*>(recv), count,
                          detail::scratch_of(scratch, o.slice_elems() * r.elem_bytes));
 }
 
 inline Status double_tree_all_reduce(const PeerSet& ps, const Reducer& r, const void* send, void* recv, size_t count,
                                      std::vector<char>& scratch) {
-  PeerPrims o(ps.ports, &r, r.elem_bytes, ps.config);
+  PortOps o(ps, &r, r.elem_bytes);
   return double_tree_all_reduce(o, ps.rank, ps.size(), static_cast<const char*>(send), static_cast<char*>(recv), count,
                                 detail::scratch_of(scratch, 2 * o.slice_elems() * r.elem_bytes));
+}
+
+// count * elem_bytes <= kDirectMaxBytes and <= a slot; the fold lands on the stack.
+inline Status direct_all_reduce(const PeerSet& ps, const Reducer& r, const void* send, void* recv, size_t count) {
+  PortOps o(ps, &r, r.elem_bytes);
+  alignas(64) char acc[kDirectMaxBytes];
+  return direct_all_reduce(o, ps.rank, ps.size(), static_cast<const char*>(send), static_cast<char*>(recv), count, acc);
+}
+
+// host_of[r]: the host index of rank r of ps.
+inline Status hierarchical_all_reduce(const PeerSet& ps, const std::vector<int>& host_of, const Reducer& r,
+                                      const void* send, void* recv, size_t count, std::vector<char>& scratch) {
+  PortOps o(ps, &r, r.elem_bytes);
+  return hierarchical_all_reduce(o, ps.rank, host_of, static_cast<const char*>(send), static_cast<char*>(recv), count,
+                                 detail::scratch_of(scratch, o.slice_elems() * r.elem_bytes));
 }
 
 DCOMM_NAMESPACE_END

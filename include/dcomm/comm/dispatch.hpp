@@ -9,8 +9,6 @@
 #include <vector>
 
 #include "dcomm/algo/chain.hpp"
-#include "dcomm/algo/direct.hpp"
-#include "dcomm/algo/hierarchical.hpp"
 #include "dcomm/algo/ordered.hpp"
 #include "dcomm/algo/recursive.hpp"
 #include "dcomm/algo/ring.hpp"
@@ -51,7 +49,7 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
     case Algorithm::kRing: break;
     case Algorithm::kDirect:
       DCOMM_RETURN_IF_ERROR(links.connect_all(f.order));
-      return direct_all_reduce(links.all(), rank, reducer, d.send, d.recv, d.count);
+      return direct_all_reduce({links.all(), rank, c.config}, reducer, d.send, d.recv, d.count);
     case Algorithm::kOrdered:
       DCOMM_RETURN_IF_ERROR(links.connect_all(f.order));
       if (d.kind == OpKind::kReduceScatter)

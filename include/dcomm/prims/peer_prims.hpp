@@ -25,6 +25,7 @@ class PeerPrims {
       : ports_(ports), r_(reducer), eb_(elem_bytes), slice_(config.slot_bytes / elem_bytes), slots_(config.slots) {}
 
   size_t elem_bytes() const { return eb_; }
+  const Reducer* reducer() const { return r_; }
   size_t slice_elems() const { return slice_; }
   int fifo_slots() const { return slots_; }
 
@@ -36,6 +37,11 @@ class PeerPrims {
   }
   Status recv_reduce(int peer, const void* a, void* dst, size_t n) {
     return with_slot(peer, n, [&](const char* in) { r_->reduce(dst, a, in, n); });
+  }
+  // dst <- a (+) b, within this rank.
+  Status local_reduce(void* dst, const void* a, const void* b, size_t n) {
+    r_->reduce(dst, a, b, n);
+    return {};
   }
   Status local_copy(void* dst, const void* src, size_t n) {
     detail::copy_if_distinct(dst, src, n * eb_);

@@ -1,6 +1,7 @@
 // The simulator's executor of the algorithms written over primitives: the ring and chain
-// (algo/ring.hpp, algo/chain.hpp, over the ring primitives of prims/primitives.hpp) and the
-// trees (algo/tree_collectives.hpp, over peer-addressed primitives). Instead of moving bytes,
+// (algo/ring.hpp, algo/chain.hpp, over the ring primitives of prims/primitives.hpp), the trees,
+// direct and hierarchical (algo/tree_collectives.hpp, algo/direct.hpp, algo/hierarchical.hpp,
+// over peer-addressed primitives and schedules). Instead of moving bytes,
 // each primitive appends the steps it takes (algo/schedule.hpp) to this rank's schedule, and
 // sim/simulator.hpp runs the schedules of all ranks against its network model. So dcomm-sim
 // runs the code the communicator runs: the same loops, slices, chunk boundaries and order.
@@ -14,10 +15,16 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "dcomm/algo/chain.hpp"
+#include "dcomm/algo/direct.hpp"
+#include "dcomm/algo/hierarchical.hpp"
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/algo/schedule.hpp"
 #include "dcomm/algo/tree_collectives.hpp"
+#include "dcomm/core/algorithms.hpp"
+#include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
@@ -51,6 +58,21 @@ class Recorder {
     return {};
   }
   Status finalize(void* dst, size_t n) { return push(detail::finalize(range(dst, n))); }
+  Status local_reduce(void* dst, const void* a, const void* b, size_t n) {
+    DCOMM_RETURN_IF_ERROR(local_copy(dst, a, n));
+    Step fold = detail::local_copy(range(b, n), range(dst, n));
+    fold.reduce = true;
+    return push(fold);
+  }
+  // A schedule run in the buffer at `buf` (its ranges count from there).
+  Status run(const Schedule& s, char* buf, char* /*tmp: the simulator stages by itself*/) {
+    const size_t at = range(buf, 0).begin;
+    for (Step st : s) {
+      for (Range* r : {&st.send, &st.recv}) r->begin += at, r->end += at;
+      steps_.push_back(st);
+    }
+    return {};
+  }
 
   // Peer-addressed (the trees).
   Status send(int peer, const void* src, size_t n) { return push(detail::send_only(peer, range(src, n))); }
@@ -117,14 +139,14 @@ class Recorder {
   Schedule steps_;
 };
 
-// The all_reduce recordings share one layout of the working buffer: the input at [0, count),
-// the output at [count, 2 count), then two slices of scratch.
+// The recordings share one layout of the working buffer: the input at [0, count), the output
+// at [count, 2 count), then scratch: two slices, or the whole count (direct's fold).
 struct RecordedLayout {
   size_t count, slice;
   size_t input_at() const { return 0; }
   size_t output_at() const { return count; }
   size_t scratch_at() const { return 2 * count; }
-  size_t elems() const { return 2 * count + 2 * slice; }
+  size_t elems() const { return 2 * count + std::max(2 * slice, count); }  // direct folds a whole buffer there
 };
 
 // The slices the trees are recorded with: slot-sized, as the host runs them, but at least
@@ -134,43 +156,82 @@ inline size_t recorded_tree_slice(size_t count, size_t slot_elems, size_t max_sl
   return std::max<size_t>(slot_elems, max_slices ? count / max_slices : 0);
 }
 
-// The steps of rank x of n in ring_all_reduce (positions are ranks), slices of `slice` elements.
-inline Schedule record_ring_all_reduce(int n, int x, size_t count, size_t slice) {
+namespace detail {
+// One rank's recording: run(rec, input, output, scratch) on a recorder laid out as above, its
+// ring neighbours x-1 and x+1 (positions are ranks), its FIFOs `slots` deep (0: the default).
+template <class Run>
+Schedule record(int n, int x, size_t count, size_t slice, Run run, int slots = 0) {
   const RecordedLayout l{count, slice};
   Recorder rec(slice, (x + n - 1) % n, (x + 1) % n, l.scratch_at());
-  (void)ring_all_reduce(rec, x, n, RingBuffers{Recorder::at(l.input_at()), Recorder::at(l.output_at()), count});
+  if (slots > 0) rec.set_slots(slots);
+  (void)run(rec, Recorder::at(l.input_at()), Recorder::at(l.output_at()), Recorder::at(l.scratch_at()));
   return rec.take();
 }
+}  // namespace detail
 
+// The steps of rank x of n in each algorithm, slices of `slice` elements.
+inline Schedule record_ring_all_reduce(int n, int x, size_t count, size_t slice) {
+  return detail::record(n, x, count, slice, [&](Recorder& r, char* in, char* out, char*) {
+    return ring_all_reduce(r, x, n, RingBuffers{in, out, count});
+  });
+}
 inline Schedule record_tree_all_reduce(int n, int x, size_t count, size_t slice) {
-  const RecordedLayout l{count, slice};
-  Recorder rec(slice);
-  (void)tree_all_reduce(rec, x, n, Recorder::at(l.input_at()), Recorder::at(l.output_at()), count,
-                        Recorder::at(l.scratch_at()));
-  return rec.take();
+  return detail::record(n, x, count, slice, [&](Recorder& r, char* in, char* out, char* scratch) {
+    return tree_all_reduce(r, x, n, in, out, count, scratch);
+  });
 }
-
 // slots: the FIFO depth the communicator runs with (DCOMM_SLOTS), which bounds how far one
 // tree may run ahead of the other.
 inline Schedule record_double_tree_all_reduce_slots(int n, int x, size_t count, size_t slice, int slots) {
-  const RecordedLayout l{count, slice};
-  Recorder rec(slice);
-  rec.set_slots(slots);
-  (void)double_tree_all_reduce(rec, x, n, Recorder::at(l.input_at()), Recorder::at(l.output_at()), count,
-                               Recorder::at(l.scratch_at()));
-  return rec.take();
+  return detail::record(
+      n, x, count, slice,
+      [&](Recorder& r, char* in, char* out, char* scratch) {
+        return double_tree_all_reduce(r, x, n, in, out, count, scratch);
+      },
+      slots);
 }
 inline Schedule record_double_tree_all_reduce(int n, int x, size_t count, size_t slice) {
   return record_double_tree_all_reduce_slots(n, x, count, slice, Config{}.slots);
 }
+inline Schedule record_direct_all_reduce(int n, int x, size_t count, size_t slice) {
+  return detail::record(n, x, count, slice, [&](Recorder& r, char* in, char* out, char* scratch) {
+    return direct_all_reduce(r, x, n, in, out, count, scratch);
+  });
+}
+// Ranks packed ranks_per_host to a host in rank order, as the simulator packs them.
+inline Schedule record_hierarchical_all_reduce(int n, int x, size_t count, size_t slice, int ranks_per_host) {
+  std::vector<int> host_of(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) host_of[static_cast<size_t>(r)] = r / std::max(1, ranks_per_host);
+  return detail::record(n, x, count, slice, [&](Recorder& r, char* in, char* out, char* scratch) {
+    return hierarchical_all_reduce(r, x, host_of, in, out, count, scratch);
+  });
+}
+// The rooted collectives (broadcast reads the root's input, reduce writes the root's output),
+// as the communicator runs them: along the ring order's chain (kRing) or down the tree (kTree).
+inline Schedule record_rooted(OpKind kind, Algorithm algorithm, int n, int x, size_t count, size_t slice, int root) {
+  const bool broadcast = kind == OpKind::kBroadcast;
+  return detail::record(n, x, count, slice, [&](Recorder& r, char* in, char* out, char* scratch) {
+    if (algorithm == Algorithm::kTree)
+      return broadcast ? tree_broadcast(r, x, n, root, in, out, count)
+                       : tree_reduce(r, x, n, root, in, out, count, scratch);
+    return broadcast ? chain_broadcast(r, x, n, root, RingBuffers{in, out, count})
+                     : chain_reduce(r, x, n, root, RingBuffers{in, out, count});
+  });
+}
 
-// Simulates one recorded all_reduce on n ranks: record(n, x, count, slice) is one of the above.
+// Simulates one recorded collective (all_reduce, broadcast or reduce) on n ranks: record(n, x,
+// count, slice) is one of the above (the rooted ones with their root bound).
+template <class Record>
+SimResult simulate_recorded(SimCollective what, int n, size_t count, size_t slice, size_t elem_bytes,
+                            const SimNetwork& net, Record record, int root = 0) {
+  const RecordedLayout l{count, slice};
+  return simulate(schedules_for(n, [&](int w, int x) { return record(w, x, count, slice); }), what, count, elem_bytes,
+                  0, net, SimLayout{l.elems(), l.input_at(), l.output_at(), root});
+}
 template <class Record>
 SimResult simulate_recorded_all_reduce(int n, size_t count, size_t slice, size_t elem_bytes, const SimNetwork& net,
                                        Record record) {
-  const RecordedLayout l{count, slice};
-  return simulate(schedules_for(n, [&](int w, int x) { return record(w, x, count, slice); }), SimCollective::kAllReduce,
-                  count, elem_bytes, 0, net, SimLayout{l.elems(), l.input_at(), l.output_at()});
+  return simulate_recorded(SimCollective::kAllReduce, n, count, slice, elem_bytes, net, record);
 }
 
 DCOMM_NAMESPACE_END

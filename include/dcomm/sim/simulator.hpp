@@ -6,8 +6,8 @@
 // fingerprint of the contributions it holds (how many, a sum of per-rank 64-bit hashes, how
 // often it was finalized). A reduce adds fingerprints, a copy replaces them, so at the end
 // the simulator checks that every rank holds every contribution exactly once, finalized once
-// (all_reduce), its own block reduced (reduce_scatter) or every rank's block (all_gather); a
-// schedule whose messages do not match (sizes, or a receive no one sends) is reported.
+// (all_reduce), its own block reduced (reduce_scatter), every rank's block (all_gather), the
+// root's data unreduced (broadcast) or, on the root, every contribution (reduce); a schedule whose messages do not match (sizes, or a receive no one sends) is reported.
 //
 // Time: each rank has a clock, and ranks are stepped in the order of their clocks (an event
 // simulation). A transfer departs at the sender's clock and arrives after the link's latency
@@ -145,13 +145,15 @@ struct Message {
 };
 }  // namespace sim
 
-enum class SimCollective { kAllReduce, kReduceScatter, kAllGather };
+enum class SimCollective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
 
-// Where an all_reduce's input and output lie in the working buffer, when they are not the
-// whole of it (the recorded algorithms: sim/recorder.hpp's RecordedLayout).
+// Where the input and output of an all_reduce, broadcast or reduce lie in the working buffer,
+// when they are not the whole of it (the recorded algorithms: sim/recorder.hpp's
+// RecordedLayout; broadcast and reduce are only recorded).
 struct SimLayout {
   size_t buffer_elems = 0;  // 0: the buffer is the `elems` of the call, input and output in place
   size_t input_at = 0, output_at = 0;
+  int root = 0;  // broadcast, reduce
 };
 
 // Runs schedules[x] for every rank x: `elems` is the working buffer's length (all_reduce: the
@@ -171,14 +173,16 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
       if (st.send_peer >= 0 && host(st.send_peer) != host(x)) ++off_host[{host(x), i}];
     }
   std::vector<SymbolicBuffer> buf(static_cast<size_t>(n));
+  // What the rest of a buffer holds before the call: not zeros, so a fold into it is caught.
+  const Fingerprint garbage{0, 0, rank_hash(-1)};
   for (int x = 0; x < n; ++x) {
     Fingerprint mine{1, 0, rank_hash(x)};
     if (what == SimCollective::kAllGather) {
-      buf[static_cast<size_t>(x)] = SymbolicBuffer(elems, Fingerprint{});
+      buf[static_cast<size_t>(x)] = SymbolicBuffer(elems, garbage);
       std::vector<Piece> own{{0, block, mine}};
       buf[static_cast<size_t>(x)].put({block * static_cast<size_t>(x), block * static_cast<size_t>(x + 1)}, own, false);
-    } else if (what == SimCollective::kAllReduce && layout.buffer_elems) {
-      buf[static_cast<size_t>(x)] = SymbolicBuffer(layout.buffer_elems, Fingerprint{});
+    } else if (layout.buffer_elems) {
+      buf[static_cast<size_t>(x)] = SymbolicBuffer(layout.buffer_elems, garbage);
       buf[static_cast<size_t>(x)].put({layout.input_at, layout.input_at + elems}, {{0, elems, mine}}, false);
     } else {
       buf[static_cast<size_t>(x)] = SymbolicBuffer(elems, mine);
@@ -227,10 +231,14 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
       ready.push({clock[static_cast<size_t>(x)], x});
       continue;
     }
-    if (st.kind == Step::Kind::kCopy) {
+    if (st.kind == Step::Kind::kCopy) {  // or, with reduce, a fold of one range into another
       SymbolicBuffer& b = buf[static_cast<size_t>(x)];
-      b.put(st.recv, b.get(st.send), false);
-      if (!st.fused) work(x, per_byte(static_cast<double>(st.recv.size() * elem_bytes), net.copy_bytes_per_us));
+      if (!b.put(st.recv, b.get(st.send), st.reduce)) {
+        res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " reduces data already finalized";
+        return res;
+      }
+      const double bytes = static_cast<double>(st.recv.size() * elem_bytes);
+      if (!st.fused) work(x, per_byte(bytes, st.reduce ? net.reduce_bytes_per_us : net.copy_bytes_per_us));
       ++i;
       ready.push({clock[static_cast<size_t>(x)], x});
       continue;
@@ -308,7 +316,7 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
     const SymbolicBuffer& b = buf[static_cast<size_t>(x)];
     auto expect = [&](Range r, Fingerprint want, const char* what_part) {
       for (Piece p : b.get(r)) {
-        if (n == 1 && what != SimCollective::kAllGather && p.fp.finalized == 0)
+        if (n == 1 && what != SimCollective::kAllGather && what != SimCollective::kBroadcast && p.fp.finalized == 0)
           p.fp.finalized = 1;  // over one rank, finalizing is nothing
         if (!(p.fp == want)) {
           res.error = "rank " + std::to_string(x) + " ends with " + what_part + " holding " +
@@ -318,8 +326,12 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
         }
       }
     };
-    if (what == SimCollective::kAllReduce) expect({layout.output_at, layout.output_at + elems}, reduced, "its buffer");
-    else if (what == SimCollective::kReduceScatter)
+    const Range output{layout.output_at, layout.output_at + elems};
+    if (what == SimCollective::kAllReduce) expect(output, reduced, "its buffer");
+    else if (what == SimCollective::kBroadcast) expect(output, Fingerprint{1, 0, rank_hash(layout.root)}, "its buffer");
+    else if (what == SimCollective::kReduce) {
+      if (x == layout.root) expect(output, reduced, "the root's buffer");
+    } else if (what == SimCollective::kReduceScatter)
       expect({block * static_cast<size_t>(x), block * static_cast<size_t>(x + 1)}, reduced, "its block");
     else
       for (int y = 0; y < n && res.error.empty(); ++y)
