@@ -5,6 +5,7 @@
 //
 //   dcomm-sim                      1,024 and 65,536 ranks on 8-GPU hosts, 400 Gb/s per NIC
 //   dcomm-sim -n 8,64 -s 8,1M      other rank counts and sizes
+//   dcomm-sim --slots 16 --max-slices 128   deeper FIFOs (DCOMM_SLOTS), more slices a call at scale
 //   dcomm-sim --local 8            one host of 8 CPU ranks sharing this machine's cores (--cores)
 //                                  (compare: bench/peers/compare.py -N 8 --algos ... --sim)
 //   dcomm-sim plan --grad 1.4G --bucket 25M --compute-ms 120 --hosts 16 --gpus 8
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
   CPU_ZERO(&cpus);
   int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   double wake_us = 2.5, step_cpu_us = 0.1;
+  int slots = Config{}.slots;  // the FIFOs' depth, which bounds how far the double tree runs one tree ahead
+  size_t max_slices = 32;      // at scale, the trees' slices a call at most (0: slot-sized, as the host runs them)
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-n" && i + 1 < argc) {
@@ -83,14 +86,18 @@ int main(int argc, char** argv) {
       net.ranks_per_host = n;
     } else if (a == "--cores" && i + 1 < argc) {
       cores = std::atoi(argv[++i]);
+    } else if (a == "--slots" && i + 1 < argc) {
+      slots = std::atoi(argv[++i]);
+    } else if (a == "--max-slices" && i + 1 < argc) {
+      max_slices = static_cast<size_t>(std::atol(argv[++i]));
     } else if (a == "--wake" && i + 1 < argc) {
       wake_us = std::atof(argv[++i]);
     } else if (a == "--step-cpu" && i + 1 < argc) {
       step_cpu_us = std::atof(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: dcomm-sim [-n ranks,...] [-s bytes,...] [--local ranks [--cores c] [--wake us] "
-                   "[--step-cpu us]]\n");
+                   "usage: dcomm-sim [-n ranks,...] [-s bytes,...] [--slots n] [--max-slices n] [--local ranks "
+                   "[--cores c] [--wake us] [--step-cpu us]]\n");
       return 2;
     }
   }
@@ -126,8 +133,8 @@ int main(int argc, char** argv) {
       const size_t count = std::max<size_t>(bytes / 4, 1);
       std::printf("%8d %9s", n, human(bytes).c_str());
       const SimNetwork at = local ? local_net() : net;
-      // The trees pipeline slot-sized slices (512 KiB); at scale at most 32 slices a call.
-      const size_t slice = recorded_tree_slice(count, model.slice_bytes / 4, local ? 0 : 32);
+      // The trees pipeline slot-sized slices (512 KiB); at scale at most max_slices a call.
+      const size_t slice = recorded_tree_slice(count, model.slice_bytes / 4, local ? 0 : max_slices);
       const size_t ring_slice = model.slice_bytes / 4;  // the ring's slices are slots at every scale
       auto report = [&](const SimResult& r) {
         if (!r.error.empty()) {
@@ -155,7 +162,9 @@ int main(int argc, char** argv) {
       run([&](int w, int x) { return schedule_recursive_doubling(w, x, count); });
       run([&](int w, int x) { return schedule_rabenseifner(w, x, count); });
       recorded(record_tree_all_reduce, slice);
-      recorded(record_double_tree_all_reduce, slice);
+      recorded(
+          [&](int w, int x, size_t c, size_t sl) { return record_double_tree_all_reduce_slots(w, x, c, sl, slots); },
+          slice);
       // Hierarchical: the host's tree in the trees' slices, Rabenseifner among the hosts' leaders.
       if (at.ranks_per_host > 1 && at.ranks_per_host < n)
         recorded([&](int w, int x, size_t c,
@@ -172,8 +181,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "# ok: simulated and checked; an: the ring above 4,096 ranks, timed analytically; trees pipelined in "
-      "512 KiB slices (at scale, at most 32 slices); -: not chosen there (hierarchical: one host; direct: above "
-      "%zu bytes or across hosts)\n",
-      kDirectMaxBytes);
+      "512 KiB slices (at scale, at most %zu slices; the double tree over FIFOs of %d slots); -: not chosen there "
+      "(hierarchical: one host; direct: above %zu bytes or across hosts)\n",
+      max_slices, slots, kDirectMaxBytes);
   return failures ? 1 : 0;
 }
