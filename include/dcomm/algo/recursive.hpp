@@ -1,10 +1,10 @@
-// The algorithms over all peers, on the host's ports: recursive doubling and Rabenseifner
-// all_reduce, recursive halving reduce_scatter and recursive doubling all_gather, and the
-// algorithms written over peer-addressed primitives: the pipelined binary trees
-// (algo/tree_collectives.hpp), direct (algo/direct.hpp) and hierarchical (algo/hierarchical.hpp). The first four are schedules as data
-// (algo/schedule.hpp, which also explains how any world size folds to a power of two), run
-// over the ports: each exchange is a p2p batch, so two partners sending to each other never
-// deadlock.
+// The algorithms over all peers, on the host's ports. Recursive doubling and Rabenseifner
+// all_reduce, recursive halving reduce_scatter and recursive doubling all_gather are schedules
+// as data (algo/schedule.hpp, which also explains how any world size folds to a power of two),
+// run over the ports: each exchange is a p2p batch, so two partners sending to each other never
+// deadlock. The pipelined binary trees (algo/tree_collectives.hpp), direct (algo/direct.hpp)
+// and hierarchical (algo/hierarchical.hpp) are written over peer-addressed primitives, which
+// PortOps runs over the ports.
 //
 // Steps and bytes per rank (S the buffer, log = log2 p; see docs/algorithms.md):
 //   recursive doubling all_reduce: log steps, each the whole buffer (S log)

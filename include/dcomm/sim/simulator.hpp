@@ -7,7 +7,8 @@
 // often it was finalized). A reduce adds fingerprints, a copy replaces them, so at the end
 // the simulator checks that every rank holds every contribution exactly once, finalized once
 // (all_reduce), its own block reduced (reduce_scatter), every rank's block (all_gather), the
-// root's data unreduced (broadcast) or, on the root, every contribution (reduce); a schedule whose messages do not match (sizes, or a receive no one sends) is reported.
+// root's data unreduced (broadcast) or, on the root, every contribution (reduce); a schedule
+// whose messages do not match (sizes, or a receive no one sends) is reported.
 //
 // Time: each rank has a clock, and ranks are stepped in the order of their clocks (an event
 // simulation). A transfer departs at the sender's clock and arrives after the link's latency
@@ -188,6 +189,13 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
       buf[static_cast<size_t>(x)] = SymbolicBuffer(elems, mine);
     }
   }
+  // Writes `data` over rank x's range `r` at its step i, folding when `reduce`; false, with the
+  // error set, when a fold meets finalized data (it would be divided twice).
+  auto land = [&](int x, size_t i, Range r, const std::vector<Piece>& data, bool reduce) {
+    if (buf[static_cast<size_t>(x)].put(r, data, reduce)) return true;
+    res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " reduces data already finalized";
+    return false;
+  };
   std::vector<double> clock(static_cast<size_t>(n), 0.0);
   std::vector<size_t> pc(static_cast<size_t>(n), 0);
   std::vector<bool> sent(static_cast<size_t>(n), false), waiting(static_cast<size_t>(n), false);
@@ -232,11 +240,7 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
       continue;
     }
     if (st.kind == Step::Kind::kCopy) {  // or, with reduce, a fold of one range into another
-      SymbolicBuffer& b = buf[static_cast<size_t>(x)];
-      if (!b.put(st.recv, b.get(st.send), st.reduce)) {
-        res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " reduces data already finalized";
-        return res;
-      }
+      if (!land(x, i, st.recv, buf[static_cast<size_t>(x)].get(st.send), st.reduce)) return res;
       const double bytes = static_cast<double>(st.recv.size() * elem_bytes);
       if (!st.fused) work(x, per_byte(bytes, st.reduce ? net.reduce_bytes_per_us : net.copy_bytes_per_us));
       ++i;
@@ -278,10 +282,7 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
                     ", which sent " + std::to_string(m.elems);
         return res;
       }
-      if (!buf[static_cast<size_t>(x)].put(st.recv, m.data, st.reduce)) {
-        res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " reduces data already finalized";
-        return res;
-      }
+      if (!land(x, i, st.recv, m.data, st.reduce)) return res;
       double& t = clock[static_cast<size_t>(x)];
       if (m.arrival > t) t = m.arrival + net.wake_us;
       const double bytes = static_cast<double>(st.recv.size() * elem_bytes);
