@@ -74,7 +74,7 @@ TEST_CASE("simulator: broken schedules are reported, not passed") {
   CHECK(simulate(copy_not_reduce, SimCollective::kAllReduce, count, 4, 0, net).error.find("contributions") !=
         std::string::npos);
   // A recorded broadcast whose receivers fold instead of copying, or whose root is not the one
-  // it claims; a reduce whose root forgets its own data.
+  // it claims; a direct all_reduce where one rank leaves out its own data.
   auto tree_bcast = schedules_for(
       4, [&](int w, int x) { return record_rooted(OpKind::kBroadcast, Algorithm::kTree, w, x, count, 16, 1); });
   const RecordedLayout l{count, 16};
