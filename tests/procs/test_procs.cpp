@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -44,10 +45,23 @@ void check_all_exit(const LocalRanks& p, int code) {
   for (size_t r = 0; r < p.exit_codes.size(); ++r) CHECK_MESSAGE(p.exit_codes[r] == code, "rank ", r);
 }
 
+// A port for a job's rendezvous, taken below the kernel's ephemeral range: a port the kernel
+// hands out (listen on port 0, close, pass the number on) can be given to another job's
+// outgoing connection before this job binds it. Each call moves on, so jobs started one after
+// another never share a port; the pid spreads test processes that run side by side.
 int free_port() {
-  auto s = listen_on({"127.0.0.1", 0});
-  REQUIRE(s.ok());
-  return bound_port(s->fd());
+  int low = 32768, high = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low >> high;
+  const int first = std::max(1024, low - 8000);
+  const int range = low - first;
+  REQUIRE(range > 0);
+  static int next = static_cast<int>(getpid()) % range;
+  for (int tries = 0; tries < range; ++tries) {
+    const int port = first + (next++ % range);
+    if (listen_on({"127.0.0.1", port}).ok()) return port;
+  }
+  FAIL("no free port in [", first, ", ", low, ")");
+  return 0;
 }
 
 using dcomm_test::read_file;
