@@ -8,6 +8,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <algorithm>
 #include <vector>
 
 #include "dcomm/core/call.hpp"
@@ -75,7 +76,10 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
     if (ops[i].peer == rank) state[i].finished = true;
     else ++remaining;
   }
-  Backoff backoff(config.spin_iterations);
+  int spin = config.spin_iterations;  // the least of the peers' (a proxied peer's is short)
+  for (const P2POp& op : ops)
+    if (op.peer != rank) spin = std::min(spin, ports[static_cast<size_t>(op.peer)]->spin_iterations());
+  Backoff backoff(spin);
   std::optional<Deadline> deadline, diagnosis;
   while (remaining > 0) {
     bool progress = false;

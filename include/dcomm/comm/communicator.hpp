@@ -468,6 +468,12 @@ class Communicator {
                       "): stopped, hung or cut off; while this rank waited: ", timeout.message());
   }
 
+  // A call begins: peers that ask see its stamp, and the proxy polls until it ends.
+  void begin_call(const CallStamp& stamp) {
+    call_stamp_ = stamp;
+    abort_->publish_call(call_stamp_, true);
+    if (t_.proxy) t_.proxy->call_began();
+  }
   Status dispatch(const OpDesc& d, std::optional<Algorithm> forced) {
     if (abort_->aborted()) return abort_->status();
     if (d.kind == OpKind::kPointToPoint) {
@@ -475,13 +481,11 @@ class Communicator {
       for (const auto& op : d.p2p) peers.push_back(op.peer);
       DCOMM_RETURN_IF_ERROR(links_.connect(peers));
       DCOMM_LOG(kTrace, kSubsysP2P, rank_, "batch of ", d.p2p.size(), " send/recv");
-      call_stamp_ = call_stamp(OpKind::kPointToPoint, DataType::kUint8, ReduceOp::kSum, d.p2p.size(), 0, 0);
-      abort_->publish_call(call_stamp_, true);
+      begin_call(call_stamp(OpKind::kPointToPoint, DataType::kUint8, ReduceOp::kSum, d.p2p.size(), 0, 0));
       return run_p2p(d.p2p, rank_, links_.by_rank(), config_, /*message_stamps=*/true);
     }
     // Every slot of this call carries its stamp; the collectives are numbered alike on every rank.
-    call_stamp_ = call_stamp(d.kind, d.type, d.op, d.count, d.root, call_seq_++);
-    abort_->publish_call(call_stamp_, true);
+    begin_call(call_stamp(d.kind, d.type, d.op, d.count, d.root, call_seq_++));
     if (d.kind == OpKind::kBarrier) {
       uint8_t token = 0, out = 0;
       return dispatch_collective(context(), {OpKind::kAllReduce, &token, &out, 1, DataType::kUint8, ReduceOp::kMax},

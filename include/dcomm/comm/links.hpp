@@ -204,7 +204,7 @@ inline Status build_transports(HostTransports& t, int rank, const std::vector<Pe
       build_mesh(rank, setup.nonce, peers, plan, setup.listener, config.timeout, setup.secret, setup.should_stop);
   if (!mesh.ok()) return mesh.status();
   if (!need_proxy) return {};
-  t.proxy = std::make_unique<Proxy>(rank, peers, setup.abort);
+  t.proxy = std::make_unique<Proxy>(rank, peers, setup.abort, std::chrono::microseconds(config.proxy_spin_us));
   std::vector<ProxyLink*> links(static_cast<size_t>(size), nullptr);
   for (int p = 0; p < size; ++p) {
     const size_t up = static_cast<size_t>(p);

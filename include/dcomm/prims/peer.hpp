@@ -145,6 +145,12 @@ class PeerPort {
         .with_context(detail::cat("single-copy write to ", info_->describe()));
   }
 
+  // How long a wait on this peer spins before it yields: briefly when a proxy thread on this
+  // host moves the data, since spinning takes the CPU from the thread it waits for.
+  int spin_iterations() const {
+    return conn_->proxied() ? std::min(config_->spin_iterations, kProxiedSpin) : config_->spin_iterations;
+  }
+
   // The slow-path conditions of a wait that is not (yet) satisfied: abort, peer gone.
   Status check_alive(bool sending) const {
     if (abort_->aborted()) return abort_->status();
@@ -198,7 +204,7 @@ class PeerPort {
   template <class Ready>
   Status wait(Ready ready, bool sending) const {
     if (ready()) return {};
-    Backoff backoff(conn_->proxied() ? std::min(config_->spin_iterations, kProxiedSpin) : config_->spin_iterations);
+    Backoff backoff(spin_iterations());
     std::optional<Deadline> deadline;
     std::optional<Deadline> diagnosis;  // the stall after which the peer's call is asked for
     while (!ready()) {
