@@ -130,6 +130,34 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (mode == "realloc") {
+    // Buffers freed and allocated again between calls (malloc hands back the same addresses):
+    // large enough that their slices go by reference over a proxied link, each round's values
+    // its own, so a call served from a stale buffer or an unfinished send shows.
+    const size_t n = c.config().slot_bytes;  // floats: several slots, both sides of the threshold
+    const int size = c.size(), rank = c.rank();
+    for (int round = 0; round < 8; ++round) {
+      const size_t count = round % 2 ? n : n / 8 + 3;
+      auto* buf = static_cast<float*>(std::malloc(count * sizeof(float)));
+      auto* out = static_cast<float*>(std::malloc(count * sizeof(float)));
+      for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(rank + round + static_cast<int>(i % 7));
+      Status s = c.all_reduce(buf, out, count, DataType::kFloat32, ReduceOp::kSum);
+      bool ok = s.ok();
+      for (size_t i = 0; ok && i < count; ++i)
+        ok = out[i] == static_cast<float>(size * (round + static_cast<int>(i % 7)) + size * (size - 1) / 2);
+      if (ok) s = c.send_recv(buf, count, (rank + 1) % size, out, count, (rank + size - 1) % size, DataType::kFloat32);
+      const int prev = (rank + size - 1) % size;
+      for (size_t i = 0; ok && i < count; ++i)
+        ok = s.ok() && out[i] == static_cast<float>(prev + round + static_cast<int>(i % 7));
+      std::free(buf);
+      std::free(out);
+      if (!ok) {
+        report("rank %d realloc round %d: %s\n", rank, round, s.ok() ? "wrong result" : s.message().c_str());
+        return 1;
+      }
+    }
+    return 0;
+  }
   if ((mode == "die" || mode == "stop") && argc > 3) {
     // The victim kills (SIGKILL) or stops (SIGSTOP) itself after `rounds` all_reduces; a
     // survivor passes when its error names the victim as dead, or as stopped responding.

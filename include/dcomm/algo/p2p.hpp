@@ -39,12 +39,16 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   const CallStamp* stamps = message_stamps ? own_stamps.data() : nullptr;
   std::vector<P2POp> own;
   std::vector<std::vector<char>> copies;
+  // A user's batch sends large slices by reference (a collective's steps may write memory they
+  // sent from before the wire read it), except from the copies here, which die with this call.
+  std::vector<bool> by_reference(ops.size(), message_stamps);
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != P2POp::Kind::kSend || ops[i].peer == rank) continue;
     bool clobbered = false;
     for (const auto& r : ops)
       clobbered |= r.kind == P2POp::Kind::kRecv && r.peer != rank && detail::overlaps(ops[i], r);
     if (!clobbered) continue;
+    by_reference[i] = false;
     if (own.empty()) own.assign(ops.begin(), ops.end());
     const char* src = static_cast<const char*>(ops[i].buffer);
     copies.emplace_back(src, src + ops[i].bytes());
@@ -95,7 +99,9 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
       for (;;) {
         size_t n = std::min(port->slot_bytes(), total - state[i].done_bytes);
         char* base = static_cast<char*>(op.buffer) + state[i].done_bytes;
-        if (op.kind == P2POp::Kind::kSend) {
+        if (op.kind == P2POp::Kind::kSend && by_reference[i] && port->sends_by_reference(n)) {
+          if (!port->try_post_by_reference(base, n, stamps ? &stamps[i] : nullptr)) break;
+        } else if (op.kind == P2POp::Kind::kSend) {
           char* slot = nullptr;
           if (!port->try_acquire_send(n, &slot)) break;
           if (n) std::memcpy(slot, base, n);

@@ -442,30 +442,14 @@ class Communicator {
   // forced: the algorithm, instead of the choice (tuning.hpp's measurements).
   Status run(const OpDesc& d, std::optional<Algorithm> forced = std::nullopt) {
     Status s = dispatch(d, forced);
+    if (s.ok()) s = links_.wait_sent();  // the wires have read what was sent by reference
     abort_->end_call();
     if (s.ok()) return s;
-    if (s.code() == ErrorCode::kTimeout) s = blame_silent_peers(s);
-    if (!abort_->aborted() && s.code() != ErrorCode::kOutOfResources)
-      abort_->abort(s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_)));
-    return s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_));
-  }
-
-  // A wait reached its deadline. The peer it waited for may itself be waiting for a rank that
-  // stopped (SIGSTOP, a hang, a dead host): the ranks whose heartbeats stopped are the ones to
-  // name, and every survivor sees the same silence, so all name the same ranks.
-  Status blame_silent_peers(const Status& timeout) const {
-    if (!t_.proxy) return timeout;
-    const auto silence = std::chrono::milliseconds(
-        std::max<long long>(4 * kHeartbeatMs, std::min<long long>(config_.timeout.count() / 2, 5000)));
-    const auto stale = t_.proxy->stale_peers(silence);
-    if (stale.empty()) return timeout;
-    std::string who;
-    for (const auto& [p, ms] : stale)
-      who += detail::cat(who.empty() ? "" : "; ", peers_[static_cast<size_t>(p)].describe(), ": nothing from it for ",
-                         ms, " ms");
-    return make_error(ErrorCode::kPeerFailure,
-                      stale.size() == 1 ? "a rank stopped responding (" : "ranks stopped responding (", who,
-                      "): stopped, hung or cut off; while this rank waited: ", timeout.message());
+    if (s.code() == ErrorCode::kTimeout && t_.proxy) s = t_.proxy->blame_silent_peers(s, config_.timeout);
+    s = s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_));
+    if (!abort_->aborted() && s.code() != ErrorCode::kOutOfResources) abort_->abort(s);
+    if (abort_->aborted() && t_.proxy) t_.proxy->quiesce();  // it may read the caller's buffers
+    return s;
   }
 
   // A call begins: peers that ask see its stamp, and the proxy polls until it ends.

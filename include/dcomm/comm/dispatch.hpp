@@ -100,7 +100,7 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
   // The ring and the chains.
   PeerPort* next = size > 1 ? links.port(f.at_position(f.pos + 1)) : nullptr;
   PeerPort* prev = size > 1 ? links.port(f.at_position(f.pos - 1)) : nullptr;
-  Primitives prims(prev, next, reducer, stream_output(shape, c.config));
+  Primitives prims(prev, next, reducer, stream_output(shape, c.config), /*by_reference=*/true);
   RingBuffers b{static_cast<const char*>(d.send), static_cast<char*>(d.recv), d.count, f.order.data()};
   const int root = f.pos_of[static_cast<size_t>(d.root)];
   switch (d.kind) {

@@ -74,6 +74,29 @@ class PeerPort {
     out_.commit(bytes, s);
     conn_->notify();
   }
+  // Whether a send of `bytes` to this peer goes by reference: the link is proxied (a wire
+  // reads the send FIFO) and the slice at least DCOMM_ZERO_COPY_BYTES.
+  bool sends_by_reference(size_t bytes) const {
+    return conn_->proxied() && config_->zero_copy_bytes && bytes >= config_->zero_copy_bytes && bytes > kInlineBytes;
+  }
+  // Sends `bytes` (at most a slot) from `data` without copying them: the wire reads them
+  // there. `data` must not change until wait_sent() returns.
+  Status post_by_reference(const void* data, size_t bytes, const CallStamp* stamp = nullptr) {
+    DCOMM_RETURN_IF_ERROR(wait([this] { return writable(); }, /*sending=*/true));
+    commit_by_reference(data, bytes, stamp);
+    return {};
+  }
+  bool try_post_by_reference(const void* data, size_t bytes, const CallStamp* stamp) {
+    if (!writable()) return false;
+    commit_by_reference(data, bytes, stamp);
+    return true;
+  }
+  // Returns once the wire has read every slot sent by reference: before a call returns, so
+  // the caller may change or free its buffers.
+  Status wait_sent() {
+    if (head_cache_ >= refs_end_) return {};
+    return wait([this] { return (head_cache_ = out_.head()) >= refs_end_; }, /*sending=*/true);
+  }
   // Sends one message of at most a slot (copied in whole).
   Status post(const void* data, size_t bytes) {
     auto slot = acquire_send(bytes);
@@ -201,6 +224,12 @@ class PeerPort {
     return t - head_cache_ < out_.slots();
   }
 
+  void commit_by_reference(const void* data, size_t bytes, const CallStamp* stamp) {
+    out_.commit_ref(data, bytes, stamp ? *stamp : *call_);
+    refs_end_ = out_.tail(std::memory_order_relaxed);
+    conn_->notify();
+  }
+
   template <class Ready>
   Status wait(Ready ready, bool sending) const {
     if (ready()) return {};
@@ -245,6 +274,7 @@ class PeerPort {
   std::unique_ptr<Connection> conn_;
   FifoRef out_, in_;
   uint64_t head_cache_ = 0;                      // producer: the consumer's head, last read
+  uint64_t refs_end_ = 0;                        // producer: one past the last slot sent by reference
   uint64_t recv_head_ = 0, published_head_ = 0;  // consumer: slots taken, slots handed back
   const PeerInfo* info_;
   const AbortState* abort_;

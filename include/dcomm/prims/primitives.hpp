@@ -18,8 +18,13 @@ class Primitives {
  public:
   // prev: where data comes from; next: where it goes. Either may be null when unused.
   // stream_output: the call is large; write the user's output with streaming stores.
-  Primitives(PeerPort* prev, PeerPort* next, const Reducer& reducer, bool stream_output = false)
-      : prev_(prev), next_(next), r_(reducer), stream_(stream_output) {}
+  // by_reference: send() may hand `next` the caller's memory instead of a copy
+  // (PeerPort::post_by_reference): for algorithms that never write memory they sent from
+  // before the data it held has gone round (the ring, the chains), so the wire reads it
+  // unchanged; the communicator waits for the wire (wait_sent) before the call returns.
+  Primitives(PeerPort* prev, PeerPort* next, const Reducer& reducer, bool stream_output = false,
+             bool by_reference = false)
+      : prev_(prev), next_(next), r_(reducer), stream_(stream_output), by_reference_(by_reference) {}
   ~Primitives() {
     if (stream_) stream_fence();
   }
@@ -41,6 +46,8 @@ class Primitives {
 
   // next <- src
   Status send(const void* src, size_t count) {
+    if (by_reference_ && next_->sends_by_reference(count * r_.elem_bytes))
+      return next_->post_by_reference(src, count * r_.elem_bytes);
     return with_send([&](char* out) { copy(out, src, count); }, count);
   }
   // dst <- prev
@@ -127,6 +134,7 @@ class Primitives {
   PeerPort* next_;
   Reducer r_;
   bool stream_;
+  bool by_reference_;
 };
 
 DCOMM_NAMESPACE_END

@@ -13,6 +13,12 @@
 // Larger payloads follow in the slot's data area. A link that moves slots over a wire moves
 // the stamp and the payload as one run of bytes (wire() / wire_bytes()).
 //
+// A slot may instead refer to its payload where the producer keeps it (commit_ref): the size
+// word's top bit marks it and the inline area holds the address. Only a proxied link's send
+// FIFO carries such slots: its wire reads the payload from there (source()), so a large send
+// is never copied into the FIFO, and the slot is released (head) only once the wire is done
+// reading it.
+//
 // FifoRef is a trivially copyable view: the same idea as MSCCL++'s device handles, so a
 // future device-side consumer can take it by value.
 #pragma once
@@ -44,6 +50,7 @@ inline constexpr size_t kSlotHeaderBytes = 64;
 inline constexpr size_t kStampOffset = 16;   // seq, size, then the stamp (two words)
 inline constexpr size_t kInlineOffset = 32;  // then the inline payload
 inline constexpr size_t kInlineBytes = kSlotHeaderBytes - kInlineOffset;
+inline constexpr uint64_t kByReference = uint64_t{1} << 63;  // in the size word: see commit_ref
 
 // A slot's stamp is the call's (core/call.hpp): two words the producer writes with the payload,
 // which the transports move without reading.
@@ -85,7 +92,16 @@ class FifoRef {
   char* payload(uint64_t index, uint64_t bytes) const {
     return slot(index) + (bytes <= kInlineBytes ? kInlineOffset : kSlotHeaderBytes);
   }
-  uint64_t size(uint64_t index) const { return *reinterpret_cast<const uint64_t*>(slot(index) + 8); }
+  uint64_t size(uint64_t index) const { return size_word(index) & ~kByReference; }
+  // Whether the slot's payload stays in the producer's memory (commit_ref), and where the
+  // payload of a slot of `bytes` is to be read from, either way.
+  bool by_reference(uint64_t index) const { return (size_word(index) & kByReference) != 0; }
+  const char* source(uint64_t index, uint64_t bytes) const {
+    if (!by_reference(index)) return payload(index, bytes);
+    const char* p;
+    std::memcpy(&p, slot(index) + kInlineOffset, sizeof p);
+    return p;
+  }
   void set_size(uint64_t index, uint64_t bytes) const { *reinterpret_cast<uint64_t*>(slot(index) + 8) = bytes; }
   SlotStamp stamp(uint64_t index) const {
     SlotStamp s;
@@ -115,12 +131,12 @@ class FifoRef {
 
   // Producer side.
   bool writable() const { return tail(std::memory_order_relaxed) - head() < h_->slots; }
-  void commit(uint64_t bytes, const SlotStamp& stamp = {}) const {
-    uint64_t t = tail(std::memory_order_relaxed);
-    set_size(t, bytes);
-    set_stamp(t, stamp);
-    mark_ready(t);
-    h_->tail.store(t + 1, std::memory_order_release);
+  void commit(uint64_t bytes, const SlotStamp& stamp = {}) const { commit_word(bytes, stamp); }
+  // A slot whose `bytes` (more than kInlineBytes) stay at `data`, which must not change until
+  // the consumer releases the slot.
+  void commit_ref(const void* data, uint64_t bytes, const SlotStamp& stamp) const {
+    std::memcpy(slot(tail(std::memory_order_relaxed)) + kInlineOffset, &data, sizeof data);
+    commit_word(bytes | kByReference, stamp);
   }
   // For a producer that completes slots out of band (the TCP proxy): slots [tail, t) are full.
   void publish_tail(uint64_t t) const {
@@ -138,6 +154,14 @@ class FifoRef {
   void close_consumer() const { h_->consumer_closed.store(1, std::memory_order_release); }
 
  private:
+  void commit_word(uint64_t size_word, const SlotStamp& stamp) const {
+    uint64_t t = tail(std::memory_order_relaxed);
+    set_size(t, size_word);
+    set_stamp(t, stamp);
+    mark_ready(t);
+    h_->tail.store(t + 1, std::memory_order_release);
+  }
+  uint64_t size_word(uint64_t index) const { return *reinterpret_cast<const uint64_t*>(slot(index) + 8); }
   std::atomic_ref<uint64_t> seq(uint64_t index) const {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot(index)));
   }

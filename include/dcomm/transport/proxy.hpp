@@ -12,6 +12,9 @@
 //   and a wire: TCP sockets (transport/tcp_link.hpp), a UCX endpoint (transport/ucx.hpp) or
 //   an RDMA queue pair (transport/verbs.hpp). A rank thread never blocks in a wire's call,
 //   and a ring of sends cannot deadlock on full kernel buffers.
+// - Once the communicator is aborted it moves no more slots: a failed call hands the caller
+//   back buffers that slots sent by reference still point into, and quiesce() returns only
+//   when the proxy can no longer read them.
 // - While the rank is in a call it polls without sleeping (yielding the CPU between turns),
 //   until nothing has moved for `spin` (DCOMM_PROXY_SPIN_US): a small message then costs no
 //   thread wake-up, as NCCL's proxy busy-polls while operations are posted. Idle, it sleeps in
@@ -126,6 +129,18 @@ class Proxy {
     poked_.store(true, std::memory_order_relaxed);
     notify();
   }
+  // The communicator is aborted: returns once the proxy has finished any pass over its links
+  // that began before, so it reads no user buffer from then on (bounded: 5 s).
+  void quiesce() {
+    if (!thread_.joinable() || std::this_thread::get_id() == thread_.get_id()) return;
+    const uint64_t seen = turns_.load(std::memory_order_acquire);
+    const Deadline deadline(std::chrono::milliseconds(5000));
+    while (turns_.load(std::memory_order_acquire) == seen && !deadline.expired()) {
+      sleeping_.store(true);  // force the wake-up
+      notify();
+      std::this_thread::yield();
+    }
+  }
   // Wakes the thread if it sleeps; cheap when it does not.
   void notify() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -190,6 +205,23 @@ class Proxy {
     }
     return out;
   }
+  // A wait reached its deadline (`timeout`, the communicator's). The peer it waited for may
+  // itself be waiting for a rank that stopped (SIGSTOP, a hang, a dead host): the ranks whose
+  // heartbeats stopped are the ones to name, and every survivor sees the same silence, so all
+  // name the same ranks.
+  Status blame_silent_peers(const Status& timeout, std::chrono::milliseconds deadline) const {
+    const auto silence = std::chrono::milliseconds(
+        std::max<long long>(4 * kHeartbeatMs, std::min<long long>(deadline.count() / 2, 5000)));
+    const auto stale = stale_peers(silence);
+    if (stale.empty()) return timeout;
+    std::string who;
+    for (const auto& [p, ms] : stale)
+      who += detail::cat(who.empty() ? "" : "; ", peers_[static_cast<size_t>(p)].describe(), ": nothing from it for ",
+                         ms, " ms");
+    return make_error(ErrorCode::kPeerFailure,
+                      stale.size() == 1 ? "a rank stopped responding (" : "ranks stopped responding (", who,
+                      "): stopped, hung or cut off; while this rank waited: ", timeout.message());
+  }
 
  private:
   static long long now_ms() {
@@ -211,8 +243,10 @@ class Proxy {
     Clock::time_point last_moved = Clock::now(), last_controls{};
     bool stop_seen = false;
     for (;;) {
+      turns_.fetch_add(1, std::memory_order_acq_rel);
+      const bool live = !abort_->aborted();
       bool progress = false;
-      for (auto& l : links_) progress |= !l->failed && l->pump();
+      for (auto& l : links_) progress |= live && !l->failed && l->pump();
       if (send_abort_.exchange(false)) send_control_all(ControlType::kAbort);
       heartbeat(now_ms());
       send_queries();
@@ -240,12 +274,12 @@ class Proxy {
       sleeping_.store(true, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       bool late = false;
-      for (auto& l : links_) late |= !l->failed && l->pump();
+      for (auto& l : links_) late |= live && !l->failed && l->pump();
       fds.clear();
       fds.push_back({wake_fd_, POLLIN, 0});
       for (auto& c : controls_)
         if (c.sock.valid()) fds.push_back({c.sock.fd(), POLLIN, 0});
-      for (auto& l : links_) late |= !l->failed && !l->prepare_to_sleep(fds);
+      for (auto& l : links_) late |= live && !l->failed && !l->prepare_to_sleep(fds);
       if (late || send_abort_.load() || stopping_.load()) {
         sleeping_.store(false);
         if (late) continue;
@@ -377,6 +411,7 @@ class Proxy {
   std::thread thread_;
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> poked_{false};  // a call began (call_began)
+  std::atomic<uint64_t> turns_{0};  // passes of the loop begun (quiesce)
   std::atomic<bool> stopping_{false};
   std::atomic<bool> send_abort_{false};
   long long flush_ms_ = 0;

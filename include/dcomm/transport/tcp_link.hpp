@@ -100,7 +100,8 @@ inline bool TcpLink::pump() {
       if (st.send_off < kHeaderBytes)
         iov[n_iov++] = {reinterpret_cast<char*>(&st.send_hdr) + st.send_off, kHeaderBytes - st.send_off};
       size_t data_off = st.send_off < kHeaderBytes ? 0 : st.send_off - kHeaderBytes;
-      if (e - b > data_off) iov[n_iov++] = {out.payload(st.send_slot, total) + b + data_off, e - b - data_off};
+      if (e - b > data_off)
+        iov[n_iov++] = {const_cast<char*>(out.source(st.send_slot, total)) + b + data_off, e - b - data_off};
       // sendmsg with MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE.
       msghdr msg{};
       msg.msg_iov = iov;

@@ -149,9 +149,18 @@ class UcxLink final : public ProxyLink {
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       prm.cb.send = &UcxLink::on_send;
       prm.user_data = &op;
-      // The slot's stamp and payload, as one run (transport/fifo.hpp).
-      ucs_status_ptr_t r =
-          ucp_tag_send_sync_nbx(ep_, out.wire(next_send_), FifoRef::wire_bytes(bytes), tag(me_, next_send_), &prm);
+      // The slot's stamp and payload, as one run (transport/fifo.hpp); a slot sent by reference
+      // as two pieces, its header and the payload where the rank keeps it.
+      const void* buffer = out.wire(next_send_);
+      size_t count = FifoRef::wire_bytes(bytes);
+      if (out.by_reference(next_send_)) {
+        op.iov[0] = {out.wire(next_send_), count - bytes};
+        op.iov[1] = {const_cast<char*>(out.source(next_send_, bytes)), bytes};
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        prm.datatype = ucp_dt_make_iov();
+        buffer = op.iov, count = 2;
+      }
+      ucs_status_ptr_t r = ucp_tag_send_sync_nbx(ep_, buffer, count, tag(me_, next_send_), &prm);
       if (UCS_PTR_IS_ERR(r)) return fail_with(UCS_PTR_STATUS(r), detail::cat("sending slot ", next_send_, " failed"));
       if (r == nullptr) op.done = true;
       progress = true;
@@ -211,7 +220,8 @@ class UcxLink final : public ProxyLink {
     bool done = false;
     ucs_status_t status = UCS_OK;
     size_t bytes = 0;
-    void* request = nullptr;  // a posted receive, until it completes
+    void* request = nullptr;   // a posted receive, until it completes
+    ucp_dt_iov_t iov[2] = {};  // a send by reference: the slot's header, then the payload
   };
 
   static ucp_tag_t tag(int sender, uint64_t seq) {
