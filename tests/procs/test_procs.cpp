@@ -145,6 +145,9 @@ TEST_CASE("matrix, processes over verbs, world sizes 2, 3") {
     CAPTURE(size);
     check_all_exit(run_local({"matrix"}, size, with(kSmall, {"DCOMM_TRANSPORT=verbs"})), 0);
   }
+  // Slices sent by reference, which the verbs link copies into its registered FIFO.
+  check_all_exit(run_local({"matrix"}, 2, with(kSmall, {"DCOMM_TRANSPORT=verbs", "DCOMM_ZERO_COPY_BYTES=64"})), 0);
+  check_all_exit(run_local({"realloc"}, 2, {"DCOMM_TRANSPORT=verbs", "DCOMM_TIMEOUT_MS=30000"}), 0);
 }
 #endif
 

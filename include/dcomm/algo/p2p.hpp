@@ -42,6 +42,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   // A user's batch sends large slices by reference (a collective's steps may write memory they
   // sent from before the wire read it), except from the copies here, which die with this call.
   std::vector<bool> by_reference(ops.size(), message_stamps);
+  bool any_by_reference = false;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != P2POp::Kind::kSend || ops[i].peer == rank) continue;
     bool clobbered = false;
@@ -101,6 +102,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
         char* base = static_cast<char*>(op.buffer) + state[i].done_bytes;
         if (op.kind == P2POp::Kind::kSend && by_reference[i] && port->sends_by_reference(n)) {
           if (!port->try_post_by_reference(base, n, stamps ? &stamps[i] : nullptr)) break;
+          any_by_reference = true;
         } else if (op.kind == P2POp::Kind::kSend) {
           char* slot = nullptr;
           if (!port->try_acquire_send(n, &slot)) break;
@@ -154,6 +156,10 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
       diagnosis.emplace(config.timeout);
     }
   }
+  // The wires have read what went by reference, before the caller may change it.
+  for (size_t i = 0; any_by_reference && i < ops.size(); ++i)
+    if (by_reference[i] && ops[i].kind == P2POp::Kind::kSend && ops[i].peer != rank)
+      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(ops[i].peer)]->wait_sent());
   return {};
 }
 

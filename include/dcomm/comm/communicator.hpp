@@ -442,7 +442,6 @@ class Communicator {
   // forced: the algorithm, instead of the choice (tuning.hpp's measurements).
   Status run(const OpDesc& d, std::optional<Algorithm> forced = std::nullopt) {
     Status s = dispatch(d, forced);
-    if (s.ok()) s = links_.wait_sent();  // the wires have read what was sent by reference
     abort_->end_call();
     if (s.ok()) return s;
     if (s.code() == ErrorCode::kTimeout && t_.proxy) s = t_.proxy->blame_silent_peers(s, config_.timeout);

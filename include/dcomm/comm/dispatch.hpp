@@ -103,14 +103,17 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
   Primitives prims(prev, next, reducer, stream_output(shape, c.config), /*by_reference=*/true);
   RingBuffers b{static_cast<const char*>(d.send), static_cast<char*>(d.recv), d.count, f.order.data()};
   const int root = f.pos_of[static_cast<size_t>(d.root)];
-  switch (d.kind) {
-    case OpKind::kAllReduce: return ring_all_reduce(prims, f.pos, size, b);
-    case OpKind::kReduceScatter: return ring_reduce_scatter(prims, f.pos, size, b);
-    case OpKind::kAllGather: return ring_all_gather(prims, f.pos, size, b);
-    case OpKind::kBroadcast: return chain_broadcast(prims, f.pos, size, root, b);
-    case OpKind::kReduce: return chain_reduce(prims, f.pos, size, root, b);
-    default: return make_error(ErrorCode::kInternal, "unhandled operation");
-  }
+  Status s = [&]() -> Status {
+    switch (d.kind) {
+      case OpKind::kAllReduce: return ring_all_reduce(prims, f.pos, size, b);
+      case OpKind::kReduceScatter: return ring_reduce_scatter(prims, f.pos, size, b);
+      case OpKind::kAllGather: return ring_all_gather(prims, f.pos, size, b);
+      case OpKind::kBroadcast: return chain_broadcast(prims, f.pos, size, root, b);
+      case OpKind::kReduce: return chain_reduce(prims, f.pos, size, root, b);
+      default: return make_error(ErrorCode::kInternal, "unhandled operation");
+    }
+  }();
+  return s.ok() ? prims.wait_sent() : s;  // the wire has read what went by reference
 }
 
 // The choice for a collective of `shape` (comm/algorithm_choice.hpp, with what the ranks agreed).

@@ -54,12 +54,6 @@ class LinkTable {
     for (size_t p = 0; p < ports.size(); ++p) ports[p] = ports_[p].get();
     return ports;
   }
-  // Waits for the wires to read every buffer a call sent by reference (PeerPort::wait_sent).
-  Status wait_sent() const {
-    for (const auto& p : ports_)
-      if (p) DCOMM_RETURN_IF_ERROR(p->wait_sent());
-    return {};
-  }
   // After connect_all: every peer's port by rank, and by position in `order`.
   const std::vector<PeerPort*>& all() const { return all_; }
   const std::vector<PeerPort*>& all_by_position() const { return all_by_position_; }

@@ -21,7 +21,7 @@ class Primitives {
   // by_reference: send() may hand `next` the caller's memory instead of a copy
   // (PeerPort::post_by_reference): for algorithms that never write memory they sent from
   // before the data it held has gone round (the ring, the chains), so the wire reads it
-  // unchanged; the communicator waits for the wire (wait_sent) before the call returns.
+  // unchanged; the caller waits for the wire (wait_sent()) before the call returns.
   Primitives(PeerPort* prev, PeerPort* next, const Reducer& reducer, bool stream_output = false,
              bool by_reference = false)
       : prev_(prev), next_(next), r_(reducer), stream_(stream_output), by_reference_(by_reference) {}
@@ -46,10 +46,15 @@ class Primitives {
 
   // next <- src
   Status send(const void* src, size_t count) {
-    if (by_reference_ && next_->sends_by_reference(count * r_.elem_bytes))
+    if (by_reference_ && next_->sends_by_reference(count * r_.elem_bytes)) {
+      sent_by_reference_ = true;
       return next_->post_by_reference(src, count * r_.elem_bytes);
+    }
     return with_send([&](char* out) { copy(out, src, count); }, count);
   }
+  // Returns once `next` has read everything sent by reference (before the call returns).
+  Status wait_sent() { return sent_by_reference_ ? next_->wait_sent() : Status{}; }
+
   // dst <- prev
   Status recv(void* dst, size_t count) {
     return with_recv([&](const char* in) { copy_bytes(dst, in, count * r_.elem_bytes, stream_); }, count);
@@ -135,6 +140,7 @@ class Primitives {
   Reducer r_;
   bool stream_;
   bool by_reference_;
+  bool sent_by_reference_ = false;
 };
 
 DCOMM_NAMESPACE_END
