@@ -370,11 +370,13 @@ class Communicator {
     auto kinds = choose_transports(rank_, peers_, config_);
     if (!kinds.ok()) return kinds.status();
     kinds_ = std::move(*kinds);
-    if (config_.spin_iterations < 0) {
+    if (config_.spin_iterations < 0 || config_.proxy_spin_us < 0) {
       cpu_set_t cpus;
       CPU_ZERO(&cpus);
       int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-      config_.spin_iterations = local_size_ > cores ? 16 : 2000;
+      if (config_.spin_iterations < 0) config_.spin_iterations = local_size_ > cores ? 16 : 2000;
+      // A polling proxy is a second busy thread per rank: only where each rank has two cores.
+      if (config_.proxy_spin_us < 0) config_.proxy_spin_us = 2 * local_size_ > cores ? 0 : 2000;
     }
 
     DCOMM_RETURN_IF_ERROR(agree_facts(facts_, {rank_, local_size_, peers_, kinds_, *store_, prefix_, config_}));
@@ -447,7 +449,6 @@ class Communicator {
     if (s.code() == ErrorCode::kTimeout && t_.proxy) s = t_.proxy->blame_silent_peers(s, config_.timeout);
     s = s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_));
     if (!abort_->aborted() && s.code() != ErrorCode::kOutOfResources) abort_->abort(s);
-    if (abort_->aborted() && t_.proxy) t_.proxy->quiesce();  // it may read the caller's buffers
     return s;
   }
 

@@ -126,8 +126,10 @@ struct Config {
   // DCOMM_PROXY_SPIN_US: while this rank is in a call, its proxy thread (TCP, UCX, verbs)
   // polls its wires without sleeping for this long after the last thing it moved, so a small
   // message pays no thread wake-up at either end; idle, it sleeps in poll(). 0: always sleep.
-  long long proxy_spin_us = 2000;
-  // DCOMM_ZERO_COPY_BYTES: over a proxied link (TCP, UCX, verbs), a slice of a send at least
+  // -1 (auto): 2000 when this host has two cores for every local rank (the rank and its
+  // proxy), else 0 (busy proxies would keep the threads that hold the data off the cores).
+  long long proxy_spin_us = -1;
+  // DCOMM_ZERO_COPY_BYTES: over a TCP or UCX link, a slice of a send at least
   // this large goes to the wire from the user's buffer instead of a copy in the send FIFO
   // (point-to-point sends, the ring and the chains); 0 turns that off.
   size_t zero_copy_bytes = 64u << 10;
@@ -168,7 +170,7 @@ struct Config {
     auto slots = env_size("DCOMM_SLOTS", c.slots, 3, 1024);  // 3 keeps the ring deadlock-free
     auto socks = env_size("DCOMM_SOCKETS_PER_PEER", c.sockets_per_peer, 1, 64);
     auto spin = env_size("DCOMM_SPIN", c.spin_iterations, -1, 1LL << 30);
-    auto proxy_spin = env_size("DCOMM_PROXY_SPIN_US", c.proxy_spin_us, 0, 1LL << 30);
+    auto proxy_spin = env_size("DCOMM_PROXY_SPIN_US", c.proxy_spin_us, -1, 1LL << 30);
     auto zero_copy = env_size("DCOMM_ZERO_COPY_BYTES", static_cast<long long>(c.zero_copy_bytes), 0, 1LL << 50);
     auto stream = env_size("DCOMM_STREAM_BYTES", static_cast<long long>(c.stream_bytes), 0, 1LL << 50);
     auto direct = env_size("DCOMM_DIRECT_BYTES", static_cast<long long>(c.direct_bytes), 0, 16384);

@@ -74,10 +74,11 @@ class PeerPort {
     out_.commit(bytes, s);
     conn_->notify();
   }
-  // Whether a send of `bytes` to this peer goes by reference: the link is proxied (a wire
-  // reads the send FIFO) and the slice at least DCOMM_ZERO_COPY_BYTES.
+  // Whether a send of `bytes` to this peer goes by reference: the link's wire reads from the
+  // rank's memory (TCP, UCX) and the slice is at least DCOMM_ZERO_COPY_BYTES.
   bool sends_by_reference(size_t bytes) const {
-    return conn_->proxied() && config_->zero_copy_bytes && bytes >= config_->zero_copy_bytes && bytes > kInlineBytes;
+    return config_->zero_copy_bytes && bytes >= config_->zero_copy_bytes && bytes > kInlineBytes &&
+           conn_->takes_references();
   }
   // Sends `bytes` (at most a slot) from `data` without copying them: the wire reads them
   // there. `data` must not change until wait_sent() returns.

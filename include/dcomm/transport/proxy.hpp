@@ -12,9 +12,6 @@
 //   and a wire: TCP sockets (transport/tcp_link.hpp), a UCX endpoint (transport/ucx.hpp) or
 //   an RDMA queue pair (transport/verbs.hpp). A rank thread never blocks in a wire's call,
 //   and a ring of sends cannot deadlock on full kernel buffers.
-// - Once the communicator is aborted it moves no more slots: a failed call hands the caller
-//   back buffers that slots sent by reference still point into, and quiesce() returns only
-//   when the proxy can no longer read them.
 // - While the rank is in a call it polls without sleeping (yielding the CPU between turns),
 //   until nothing has moved for `spin` (DCOMM_PROXY_SPIN_US): a small message then costs no
 //   thread wake-up, as NCCL's proxy busy-polls while operations are posted. Idle, it sleeps in
@@ -56,6 +53,9 @@ class ProxyLink {
   virtual bool prepare_to_sleep(std::vector<pollfd>& /*fds*/) { return true; }
   // The proxy is stopping: flush and close the wire (bounded).
   virtual void shutdown() {}
+  // Whether the wire reads slots sent by reference from the rank's memory (verbs does not:
+  // only registered memory can go out, and user buffers are not registered).
+  virtual bool takes_references() const { return true; }
 
   bool drained() const { return failed || send.fifo.head() == send.fifo.tail(); }
   // Fails the link: closes its FIFOs (waiters see it) and aborts the communicator, naming the peer.
@@ -128,18 +128,6 @@ class Proxy {
     if (spin_.count() == 0 || links_.empty()) return;
     poked_.store(true, std::memory_order_relaxed);
     notify();
-  }
-  // The communicator is aborted: returns once the proxy has finished any pass over its links
-  // that began before, so it reads no user buffer from then on (bounded: 5 s).
-  void quiesce() {
-    if (!thread_.joinable() || std::this_thread::get_id() == thread_.get_id()) return;
-    const uint64_t seen = turns_.load(std::memory_order_acquire);
-    const Deadline deadline(std::chrono::milliseconds(5000));
-    while (turns_.load(std::memory_order_acquire) == seen && !deadline.expired()) {
-      sleeping_.store(true);  // force the wake-up
-      notify();
-      std::this_thread::yield();
-    }
   }
   // Wakes the thread if it sleeps; cheap when it does not.
   void notify() {
@@ -243,10 +231,8 @@ class Proxy {
     Clock::time_point last_moved = Clock::now(), last_controls{};
     bool stop_seen = false;
     for (;;) {
-      turns_.fetch_add(1, std::memory_order_acq_rel);
-      const bool live = !abort_->aborted();
       bool progress = false;
-      for (auto& l : links_) progress |= live && !l->failed && l->pump();
+      for (auto& l : links_) progress |= !l->failed && l->pump();
       if (send_abort_.exchange(false)) send_control_all(ControlType::kAbort);
       heartbeat(now_ms());
       send_queries();
@@ -274,12 +260,12 @@ class Proxy {
       sleeping_.store(true, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       bool late = false;
-      for (auto& l : links_) late |= live && !l->failed && l->pump();
+      for (auto& l : links_) late |= !l->failed && l->pump();
       fds.clear();
       fds.push_back({wake_fd_, POLLIN, 0});
       for (auto& c : controls_)
         if (c.sock.valid()) fds.push_back({c.sock.fd(), POLLIN, 0});
-      for (auto& l : links_) late |= live && !l->failed && !l->prepare_to_sleep(fds);
+      for (auto& l : links_) late |= !l->failed && !l->prepare_to_sleep(fds);
       if (late || send_abort_.load() || stopping_.load()) {
         sleeping_.store(false);
         if (late) continue;
@@ -411,7 +397,6 @@ class Proxy {
   std::thread thread_;
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> poked_{false};  // a call began (call_began)
-  std::atomic<uint64_t> turns_{0};  // passes of the loop begun (quiesce)
   std::atomic<bool> stopping_{false};
   std::atomic<bool> send_abort_{false};
   long long flush_ms_ = 0;
@@ -427,6 +412,7 @@ class ProxiedConnection final : public Connection {
   FifoRef recv_fifo() const override { return link_->recv.fifo; }
   void notify() const override { proxy_->notify(); }
   bool proxied() const override { return true; }
+  bool takes_references() const override { return link_->takes_references(); }
   const char* kind() const override { return link_->kind(); }
   size_t staging_bytes() const override { return link_->send.bytes + link_->recv.bytes; }
   // The proxy flushes and closes the wire; the local FIFOs need no goodbye.

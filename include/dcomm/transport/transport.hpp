@@ -122,6 +122,9 @@ class Connection {
   // True when a proxy thread on this host moves the data: a waiter should yield soon, since
   // spinning takes the CPU from the thread it waits for.
   virtual bool proxied() const { return false; }
+  // True when the wire can read a slot's payload where the rank keeps it (FifoRef::commit_ref):
+  // the proxied TCP and UCX links.
+  virtual bool takes_references() const { return false; }
   virtual const char* kind() const = 0;
   // Staging memory this rank holds for the link: the FIFO it receives on (and, over TCP, its
   // local send FIFO too).

@@ -259,6 +259,7 @@ class VerbsLink final : public ProxyLink {
   }
 
   const char* kind() const override { return "verbs"; }
+  bool takes_references() const override { return false; }  // only registered memory goes out
 
   // Creates the queue pair and registers the FIFOs; returns this end's endpoint.
   Result<VerbsEndpoint> prepare() {
@@ -345,9 +346,6 @@ class VerbsLink final : public ProxyLink {
     for (const uint64_t tail = out.tail(); next_send_ < tail && next_send_ < peer_consumed_ + slots_; ++next_send_) {
       // The slot's stamp and payload as one run, to the same place in the peer's FIFO.
       const uint64_t bytes = out.size(next_send_);
-      // A slot sent by reference is copied in here: user memory is not registered yet.
-      if (out.by_reference(next_send_))
-        std::memcpy(out.payload(next_send_, bytes), out.source(next_send_, bytes), bytes);
       const uint64_t remote =
           remote_.fifo + (reinterpret_cast<uint64_t>(in.wire(next_send_)) - reinterpret_cast<uint64_t>(recv.memory));
       if (!post_write(out.wire(next_send_), static_cast<uint32_t>(FifoRef::wire_bytes(bytes)), remote,
