@@ -5,10 +5,10 @@
 // with receives from self in the same batch.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <span>
-#include <algorithm>
 #include <vector>
 
 #include "dcomm/core/call.hpp"

@@ -129,9 +129,9 @@ struct Config {
   // -1 (auto): 2000 when this host has two cores for every local rank (the rank and its
   // proxy), else 0 (busy proxies would keep the threads that hold the data off the cores).
   long long proxy_spin_us = -1;
-  // DCOMM_ZERO_COPY_BYTES: over a TCP or UCX link, a slice of a send at least
-  // this large goes to the wire from the user's buffer instead of a copy in the send FIFO
-  // (point-to-point sends, the ring and the chains); 0 turns that off.
+  // DCOMM_ZERO_COPY_BYTES: over a TCP or UCX link, a slice of a send at least this large goes
+  // to the wire from the user's buffer instead of a copy in the send FIFO (point-to-point
+  // sends, the ring and the chains); 0 turns that off.
   size_t zero_copy_bytes = 64u << 10;
   // DCOMM_STREAM_BYTES: calls at least this large write their output with streaming stores
   // (no read-for-ownership); smaller ones keep their output in cache for the caller.

@@ -250,9 +250,8 @@ class Proxy {
         last_moved = Clock::now();
         continue;
       }
-      if (busy(last_moved)) {
+      if (const Clock::time_point now = Clock::now(); busy(now - last_moved)) {
         // Control sockets carry only goodbyes, aborts and heartbeats: a look each millisecond.
-        const Clock::time_point now = Clock::now();
         if (now - last_controls >= std::chrono::milliseconds(1)) poll_controls(), last_controls = now;
         sched_yield();
         continue;
@@ -283,10 +282,11 @@ class Proxy {
     for (auto& l : links_) l->shutdown();
   }
 
-  // Polls without sleeping: the rank is in a call and something moved within `spin_`.
-  bool busy(Clock::time_point last_moved) const {
+  // Polls without sleeping: the rank is in a call and something moved `since_moved` ago,
+  // within `spin_`.
+  bool busy(Clock::duration since_moved) const {
     return spin_.count() > 0 && abort_->in_call() && !stopping_.load(std::memory_order_relaxed) &&
-           !send_abort_.load(std::memory_order_relaxed) && Clock::now() - last_moved < spin_;
+           !send_abort_.load(std::memory_order_relaxed) && since_moved < spin_;
   }
 
   void poll_controls() {

@@ -36,7 +36,7 @@ class AbortState {
   };
   // The call has ended (one store: the stamp stays as it was).
   void end_call() { in_call_.store(false, std::memory_order_relaxed); }
-  // Whether the rank is in a call now (one load: the proxy asks on every turn of its loop).
+  // Whether the rank is in a call now (one load: the proxy asks on every idle turn of its loop).
   bool in_call() const { return in_call_.load(std::memory_order_relaxed); }
   // One writer (the thread running the rank's calls): a sequence lock, plain stores.
   void publish_call(const CallStamp& s, bool in_call) {
