@@ -54,11 +54,16 @@ max=4M
 for coll in all_reduce reduce_scatter all_gather broadcast send_recv; do
   pair "tcp $coll" env DCOMM_TRANSPORT=tcp "$BENCH" $coll -b 8 -e $max -f 16 -n 2 -w 1 -c 1
 done
+# Messages from 64 bytes go as rendezvous, straight into the receiver's buffer.
+pair "tcp send_recv, rendezvous" env DCOMM_TRANSPORT=tcp DCOMM_RENDEZVOUS_BYTES=64 "$BENCH" send_recv -b 8 -e $max \
+  -f 16 -n 2 -w 1 -c 1
 if "$BENCH" all_reduce -N 1 -b 8 -e 8 -n 1 -w 0 >/dev/null 2>&1 &&
    DCOMM_TRANSPORT=ucx UCX_TLS=tcp,self "$BENCH" all_reduce -N 2 -b 8 -e 8 -n 1 -w 0 >/dev/null 2>&1; then
   for coll in all_reduce reduce_scatter all_gather; do
     pair "ucx $coll" env DCOMM_TRANSPORT=ucx UCX_TLS=tcp,self "$BENCH" $coll -b 8 -e $max -f 16 -n 2 -w 1 -c 1
   done
+  pair "ucx send_recv, rendezvous" env DCOMM_TRANSPORT=ucx UCX_TLS=tcp,self DCOMM_RENDEZVOUS_BYTES=64 "$BENCH" \
+    send_recv -b 8 -e $max -f 16 -n 2 -w 1 -c 1
 else
   echo "netns_test: dcomm-bench has no UCX transport here; UCX part skipped"
 fi

@@ -101,9 +101,12 @@ TEST_CASE("matrix, processes over TCP, world sizes 2, 3, 4") {
 
 // Sends by reference (transport/fifo.hpp's commit_ref): every slice of 64 bytes or more goes to
 // the wire from the caller's memory, so every collective and point-to-point path that sends
-// by reference runs on both sides of the threshold (the matrix's counts), in and out of place.
-// "realloc": buffers freed and allocated again between calls, at the default sizes.
-TEST_CASE("sends by reference over TCP and UCX: the matrix from 64-byte slices; buffers freed and reallocated") {
+// by reference runs on both sides of the threshold (the matrix's counts), in and out of place;
+// with 3 ranks every point-to-point message of 64 bytes or more goes as a rendezvous into the
+// receiver's buffer as well. "realloc": buffers freed and allocated again between calls, at
+// the default sizes (its larger send_recv a rendezvous, its smaller one not).
+TEST_CASE(
+    "sends by reference and rendezvous over TCP and UCX: the matrix from 64 bytes; buffers freed and reallocated") {
   std::vector<std::vector<std::string>> wires = {{"DCOMM_TRANSPORT=tcp"}};
 #if DCOMM_HAS_UCX
   wires.push_back({"DCOMM_TRANSPORT=ucx", "UCX_TLS=sm,self"});
@@ -113,9 +116,24 @@ TEST_CASE("sends by reference over TCP and UCX: the matrix from 64-byte slices; 
     CAPTURE(wire[wire.size() - 1]);
     for (int size : {2, 3}) {
       CAPTURE(size);
-      check_all_exit(run_local({"matrix"}, size, with(with(kSmall, wire), {"DCOMM_ZERO_COPY_BYTES=64"})), 0);
+      std::vector<std::string> env = {"DCOMM_ZERO_COPY_BYTES=64"};
+      if (size == 3) env.push_back("DCOMM_RENDEZVOUS_BYTES=64");
+      check_all_exit(run_local({"matrix"}, size, with(with(kSmall, wire), env)), 0);
     }
     check_all_exit(run_local({"realloc"}, 2, with(wire, {"DCOMM_TIMEOUT_MS=30000"})), 0);
+  }
+}
+
+// A message one rank sends as a rendezvous (4 MiB) and the other receives in pieces (256 KiB):
+// the receiver reports the disagreement at once, not at its ten-minute deadline.
+TEST_CASE("a rendezvous met by a smaller receive: the receiver names the disagreement at once") {
+  std::vector<std::string> wires = {"tcp"};
+#if DCOMM_HAS_UCX
+  wires.push_back("ucx");
+#endif
+  for (const auto& wire : wires) {
+    CAPTURE(wire);
+    check_all_exit(run_local({"p2p_mismatch"}, 2, {"DCOMM_TRANSPORT=" + wire, "DCOMM_TIMEOUT_MS=600000"}, 60s), 3);
   }
 }
 
@@ -176,7 +194,7 @@ TEST_CASE("bootstrap from a Slurm environment on one node (no address given)") {
   check_all_exit(*procs, 0);
 }
 
-TEST_CASE("a rank killed mid-collective: every survivor's error names it") {
+TEST_CASE("a rank killed mid-collective or mid-send_recv: every survivor's error names it") {
   std::vector<std::string> transports = {"shm", "tcp"};
 #if DCOMM_HAS_UCX
   transports.push_back("ucx");
@@ -187,9 +205,14 @@ TEST_CASE("a rank killed mid-collective: every survivor's error names it") {
     // sends go by reference); rank 2 of 4 dies after 5 rounds.
     // The deadline is ten minutes and the survivors get one: they must learn of the death
     // from the dead rank's closed connections, not from a timeout.
-    auto p = run_local({"die", "2", "5"}, 4, {"DCOMM_TRANSPORT=" + transport, "DCOMM_TIMEOUT_MS=600000"}, 60s);
-    CHECK(p.exit_codes[2] == -SIGKILL);
-    for (int r : {0, 1, 3}) CHECK_MESSAGE(p.exit_codes[static_cast<size_t>(r)] == 3, "survivor rank ", r);
+    // Then point-to-point: over TCP and UCX the survivors' receives are rendezvous posted into
+    // their buffers when the victim dies.
+    for (std::string shape : {"all_reduce", "p2p"}) {
+      CAPTURE(shape);
+      auto p = run_local({"die", "2", "5", shape}, 4, {"DCOMM_TRANSPORT=" + transport, "DCOMM_TIMEOUT_MS=600000"}, 60s);
+      CHECK(p.exit_codes[2] == -SIGKILL);
+      for (int r : {0, 1, 3}) CHECK_MESSAGE(p.exit_codes[static_cast<size_t>(r)] == 3, "survivor rank ", r);
+    }
   }
 }
 

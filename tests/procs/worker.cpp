@@ -158,15 +158,31 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (mode == "p2p_mismatch") {
+    // Rank 0 sends 4 MiB (a rendezvous over TCP and UCX) where rank 1 receives 256 KiB (in
+    // slot-sized pieces): rank 1 must say that the sizes disagree, at once. Rank 0's send may
+    // complete (TCP's socket buffers can take it all) or fail when rank 1 aborts.
+    std::vector<float> buf(c.rank() == 0 ? 1 << 20 : 1 << 16, 1.0f);
+    P2POp op = c.rank() == 0 ? P2POp::send(buf.data(), buf.size(), DataType::kFloat32, 1)
+                             : P2POp::recv(buf.data(), buf.size(), DataType::kFloat32, 0);
+    Status s = c.p2p({op});
+    report("rank %d: %s\n", c.rank(), s.ok() ? "ok" : s.message().c_str());
+    if (c.rank() == 0) return 3;
+    return !s.ok() && s.message().find("as one rendezvous where this rank receives") != std::string::npos ? 3 : 4;
+  }
   if ((mode == "die" || mode == "stop") && argc > 3) {
-    // The victim kills (SIGKILL) or stops (SIGSTOP) itself after `rounds` all_reduces; a
-    // survivor passes when its error names the victim as dead, or as stopped responding.
+    // The victim kills (SIGKILL) or stops (SIGSTOP) itself after `rounds` all_reduces (with
+    // "p2p": ring shifts of 4 MiB, rendezvous over TCP and UCX, so survivors wait with their
+    // receives posted into their buffers); a survivor passes when its error names the victim
+    // as dead, or as stopped responding.
     const int victim = std::atoi(argv[2]), rounds = std::atoi(argv[3]);
-    const bool die = mode == "die";
-    std::vector<float> buf(die ? 1 << 20 : 1 << 18, 1.0f);
+    const bool die = mode == "die", p2p = argc > 4 && std::string(argv[4]) == "p2p";
+    std::vector<float> buf(die ? 1 << 20 : 1 << 18, 1.0f), out(buf.size());
+    const int next = (c.rank() + 1) % c.size(), prev = (c.rank() + c.size() - 1) % c.size();
     for (int i = 0;; ++i) {
       if (c.rank() == victim && i == rounds) raise(die ? SIGKILL : SIGSTOP);
-      Status s = c.all_reduce(std::span(buf), ReduceOp::kMax);
+      Status s = p2p ? c.send_recv(buf.data(), buf.size(), next, out.data(), out.size(), prev, DataType::kFloat32)
+                     : c.all_reduce(std::span(buf), ReduceOp::kMax);
       if (!s.ok()) {
         report("rank %d error: %s\n", c.rank(), s.message().c_str());
         const std::string who = "rank " + std::to_string(victim);

@@ -175,6 +175,11 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
     if (call(what, c.send_recv(shift_in.data(), count, next, shift_out.data(), count, prev, t)))
       check<T>(rep, what, shift_out.data(), count,
                [&](size_t i) { return from_int<T>(input_value(t, ReduceOp::kSum, prev, i)); });
+    // In place: the message received overwrites the one sent from the same buffer.
+    what = name("send_recv ring shift", ReduceOp::kSum, count, true);
+    if (call(what, c.send_recv(shift_in.data(), count, next, shift_in.data(), count, prev, t)))
+      check<T>(rep, what, shift_in.data(), count,
+               [&](size_t i) { return from_int<T>(input_value(t, ReduceOp::kSum, prev, i)); });
   }
 }
 }  // namespace detail

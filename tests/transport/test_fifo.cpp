@@ -75,6 +75,59 @@ TEST_CASE("fifo: a slot's stamp and payload travel as one run of bytes (wire) an
   for (uint64_t bad : {0, 15, 49, 64, 80}) CHECK_FALSE(FifoRef::payload_of_wire(bad, &n));
 }
 
+// A rendezvous slot: the size word carries both flags and the real size, larger than a slot;
+// its header run (what a wire sends first) has a length no other run has, and brings the size
+// to the receiving slot.
+TEST_CASE("fifo: a rendezvous slot's header run carries its size, and no other run is mistaken for one") {
+  const size_t slot_bytes = 256, slots = 4;
+  std::vector<char> a(fifo_bytes(slot_bytes, slots)), b(a.size());
+  FifoRef out = FifoRef::initialize(a.data(), slot_bytes, slots), in = FifoRef::initialize(b.data(), slot_bytes, slots);
+  std::vector<char> message(100000, 'x');
+  const uint64_t t = out.tail(std::memory_order_relaxed);
+  out.commit_ref(message.data(), message.size(), CallStamp{7, 8}, /*rendezvous=*/true);
+  CHECK(out.by_reference(t));
+  CHECK(out.rendezvous(t));
+  CHECK(out.size(t) == message.size());
+  CHECK(out.source(t, message.size()) == message.data());
+  // The header run: the stamp and inline area, then the size (UcxLink sends it as an iov).
+  std::memcpy(in.wire(t), out.wire(t), FifoRef::kRendezvousRun - sizeof(uint64_t));
+  const uint64_t size = message.size();
+  std::memcpy(in.wire(t) + FifoRef::kRendezvousRun - sizeof(uint64_t), &size, sizeof size);
+  CHECK(in.rendezvous_size(t) == message.size());
+  CHECK(in.stamp(t) == CallStamp{7, 8});
+  uint64_t n = 0;
+  CHECK_FALSE(FifoRef::payload_of_wire(FifoRef::kRendezvousRun, &n));
+  for (uint64_t bytes = 0; bytes <= slot_bytes; ++bytes) CHECK(FifoRef::wire_bytes(bytes) != FifoRef::kRendezvousRun);
+  // A plain slot of the same FIFO carries neither flag.
+  out.publish_head(t + 1);
+  out.commit(8, CallStamp{1, 2});
+  CHECK_FALSE(out.rendezvous(t + 1));
+  CHECK_FALSE(out.by_reference(t + 1));
+}
+
+// The rank posts where slot k's payload lands; the wire holds it only for that slot and only
+// while it stays posted, and the rank sees the hold (busy) until the wire lets go.
+TEST_CASE("landing: held only for the posted slot while posted; withdrawn, never held again") {
+  Landing l;
+  char buf[64];
+  CHECK(l.hold(0, 64) == nullptr);
+  l.post(5, buf, sizeof buf);
+  CHECK(l.hold(4, 99) == nullptr);  // a header for slot 4 with nothing posted for it: said so
+  CHECK(l.unposted.load() == 5);
+  CHECK(l.unposted_bytes.load() == 99);
+  CHECK(l.busy.load() == 0);
+  CHECK(l.hold(5, 64) == buf);
+  CHECK(l.bytes == sizeof buf);
+  CHECK(l.busy.load() == 1);
+  l.slot.store(0);  // withdrawn (PeerPort::withdraw_landing), while the wire still holds it
+  CHECK_FALSE(l.posted(5));
+  CHECK(l.busy.load() == 1);
+  l.release();
+  CHECK(l.busy.load() == 0);
+  CHECK(l.hold(5, 64) == nullptr);
+  CHECK(l.busy.load() == 0);
+}
+
 TEST_CASE("fifo: a producer and a consumer thread pass a million slots in order") {
   Config c;
   c.slot_bytes = 64;

@@ -39,10 +39,29 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   const CallStamp* stamps = message_stamps ? own_stamps.data() : nullptr;
   std::vector<P2POp> own;
   std::vector<std::vector<char>> copies;
-  // A user's batch sends large slices by reference (a collective's steps may write memory they
-  // sent from before the wire read it), except from the copies here, which die with this call.
-  std::vector<bool> by_reference(ops.size(), message_stamps);
+  // Large slices go by reference (PeerPort::sends_by_reference), except a send that a receive
+  // of this batch overwrites, which goes from a copy; the batch returns only once the wires
+  // have read them (the end of this function), so a collective's next step, or the caller, may
+  // write that memory at once.
+  std::vector<bool> by_reference(ops.size(), true);
   bool any_by_reference = false;
+  // A user's message from DCOMM_RENDEZVOUS_BYTES over a link that lands payloads goes as one
+  // rendezvous into the receiver's buffer (PeerPort::lands: both ends decide alike).
+  std::vector<bool> rendezvous(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i)
+    rendezvous[i] = message_stamps && ops[i].peer != rank && !ops[i].fold &&
+                    ports[static_cast<size_t>(ops[i].peer)]->lands(ops[i].bytes());
+  // A failed call leaves no receive landing in the caller's buffers.
+  struct Withdraw {
+    std::span<const P2POp> ops;
+    const std::vector<bool>& rendezvous;
+    const std::vector<PeerPort*>& ports;
+    ~Withdraw() {
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (rendezvous[i] && ops[i].kind == P2POp::Kind::kRecv)
+          ports[static_cast<size_t>(ops[i].peer)]->withdraw_landing();
+    }
+  } withdraw{ops, rendezvous, ports};
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != P2POp::Kind::kSend || ops[i].peer == rank) continue;
     bool clobbered = false;
@@ -100,7 +119,17 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
       for (;;) {
         size_t n = std::min(port->slot_bytes(), total - state[i].done_bytes);
         char* base = static_cast<char*>(op.buffer) + state[i].done_bytes;
-        if (op.kind == P2POp::Kind::kSend && by_reference[i] && port->sends_by_reference(n)) {
+        if (rendezvous[i]) {
+          n = total;
+          if (op.kind == P2POp::Kind::kSend) {
+            if (!port->try_post_rendezvous(base, n, &stamps[i])) break;
+            any_by_reference = true;
+          } else {
+            Status bad;
+            if (!port->try_receive_landed(base, n, &bad, &stamps[i])) break;
+            if (!bad.ok()) return bad;
+          }
+        } else if (op.kind == P2POp::Kind::kSend && by_reference[i] && port->sends_by_reference(n)) {
           if (!port->try_post_by_reference(base, n, stamps ? &stamps[i] : nullptr)) break;
           any_by_reference = true;
         } else if (op.kind == P2POp::Kind::kSend) {
@@ -158,7 +187,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   }
   // The wires have read what went by reference, before the caller may change it.
   for (size_t i = 0; any_by_reference && i < ops.size(); ++i)
-    if (by_reference[i] && ops[i].kind == P2POp::Kind::kSend && ops[i].peer != rank)
+    if ((by_reference[i] || rendezvous[i]) && ops[i].kind == P2POp::Kind::kSend && ops[i].peer != rank)
       DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(ops[i].peer)]->wait_sent());
   return {};
 }

@@ -375,8 +375,10 @@ class Communicator {
       CPU_ZERO(&cpus);
       int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
       if (config_.spin_iterations < 0) config_.spin_iterations = local_size_ > cores ? 16 : 2000;
-      // A polling proxy is a second busy thread per rank: only where each rank has two cores.
-      if (config_.proxy_spin_us < 0) config_.proxy_spin_us = 2 * local_size_ > cores ? 0 : 2000;
+      // A polling proxy shares its rank's core (it yields between turns); over verbs it needs a
+      // core of its own, since an emulated NIC (Soft-RoCE) works on the same cores.
+      const bool verbs = std::find(kinds_.begin(), kinds_.end(), TransportChoice::kVerbs) != kinds_.end();
+      if (config_.proxy_spin_us < 0) config_.proxy_spin_us = (verbs ? 2 : 1) * local_size_ > cores ? 0 : 2000;
     }
 
     DCOMM_RETURN_IF_ERROR(agree_facts(facts_, {rank_, local_size_, peers_, kinds_, *store_, prefix_, config_}));

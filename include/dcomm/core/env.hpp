@@ -126,13 +126,19 @@ struct Config {
   // DCOMM_PROXY_SPIN_US: while this rank is in a call, its proxy thread (TCP, UCX, verbs)
   // polls its wires without sleeping for this long after the last thing it moved, so a small
   // message pays no thread wake-up at either end; idle, it sleeps in poll(). 0: always sleep.
-  // -1 (auto): 2000 when this host has two cores for every local rank (the rank and its
-  // proxy), else 0 (busy proxies would keep the threads that hold the data off the cores).
+  // -1 (auto): 2000 when this host has a core for every local rank (two over verbs: an
+  // emulated NIC works on the same cores), else 0 (busy proxies would keep the threads that
+  // hold the data off the cores).
   long long proxy_spin_us = -1;
   // DCOMM_ZERO_COPY_BYTES: over a TCP or UCX link, a slice of a send at least this large goes
   // to the wire from the user's buffer instead of a copy in the send FIFO (point-to-point
   // sends, the ring and the chains); 0 turns that off.
   size_t zero_copy_bytes = 64u << 10;
+  // DCOMM_RENDEZVOUS_BYTES: over a TCP or UCX link, a point-to-point message at least this
+  // large goes as one rendezvous: the receiver says where it goes, and the wire moves it from
+  // the sender's buffer straight into the receiver's (no FIFO at either end); 0 turns that off.
+  // Every rank must set the same value.
+  size_t rendezvous_bytes = 1u << 20;
   // DCOMM_STREAM_BYTES: calls at least this large write their output with streaming stores
   // (no read-for-ownership); smaller ones keep their output in cache for the caller.
   size_t stream_bytes = 16u << 20;
@@ -172,6 +178,7 @@ struct Config {
     auto spin = env_size("DCOMM_SPIN", c.spin_iterations, -1, 1LL << 30);
     auto proxy_spin = env_size("DCOMM_PROXY_SPIN_US", c.proxy_spin_us, -1, 1LL << 30);
     auto zero_copy = env_size("DCOMM_ZERO_COPY_BYTES", static_cast<long long>(c.zero_copy_bytes), 0, 1LL << 50);
+    auto rendezvous = env_size("DCOMM_RENDEZVOUS_BYTES", static_cast<long long>(c.rendezvous_bytes), 0, 1LL << 50);
     auto stream = env_size("DCOMM_STREAM_BYTES", static_cast<long long>(c.stream_bytes), 0, 1LL << 50);
     auto direct = env_size("DCOMM_DIRECT_BYTES", static_cast<long long>(c.direct_bytes), 0, 16384);
     auto staging = env_size("DCOMM_MAX_STAGING_BYTES", static_cast<long long>(c.max_staging_bytes), 0, 1LL << 50);
@@ -179,9 +186,10 @@ struct Config {
     auto cma_reduce = env_size("DCOMM_CMA_REDUCE_BYTES", static_cast<long long>(c.cma_reduce_bytes), 0, 1LL << 50);
     auto per_host = env_size("DCOMM_TEST_RANKS_PER_HOST", 0, 0, 1 << 20);
     auto cyclic = env_size("DCOMM_TEST_CYCLIC_HOSTS", 0, 0, 1 << 20);
-    for (const Status& s : {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(),
-                            proxy_spin.status(), zero_copy.status(), stream.status(), direct.status(), staging.status(),
-                            cma.status(), cma_reduce.status(), per_host.status(), cyclic.status()})
+    for (const Status& s :
+         {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(), proxy_spin.status(),
+          zero_copy.status(), rendezvous.status(), stream.status(), direct.status(), staging.status(), cma.status(),
+          cma_reduce.status(), per_host.status(), cyclic.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -190,6 +198,7 @@ struct Config {
     c.spin_iterations = static_cast<int>(*spin);
     c.proxy_spin_us = *proxy_spin;
     c.zero_copy_bytes = static_cast<size_t>(*zero_copy);
+    c.rendezvous_bytes = static_cast<size_t>(*rendezvous);
     c.stream_bytes = static_cast<size_t>(*stream);
     c.direct_bytes = static_cast<size_t>(*direct);
     c.max_staging_bytes = static_cast<size_t>(*staging);

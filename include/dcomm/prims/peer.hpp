@@ -12,10 +12,12 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
+#include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/wait.hpp"
 #include "dcomm/reduce/copy.hpp"
@@ -92,6 +94,55 @@ class PeerPort {
     commit_by_reference(data, bytes, stamp);
     return true;
   }
+  // Whether a message of `bytes` to or from this peer goes as one rendezvous, straight from the
+  // sender's buffer into the receiver's (transport/fifo.hpp): over a link that lands payloads
+  // (TCP, UCX) from DCOMM_RENDEZVOUS_BYTES. Both ends decide alike (same link, same setting).
+  bool lands(size_t bytes) const {
+    return config_->rendezvous_bytes && bytes >= config_->rendezvous_bytes && bytes > kInlineBytes &&
+           conn_->landing() && conn_->takes_references();
+  }
+  // The sending end of one: `bytes` of any size at `data` (unchanged until wait_sent()).
+  bool try_post_rendezvous(const void* data, size_t bytes, const CallStamp* stamp) {
+    if (!writable()) return false;
+    commit_by_reference(data, bytes, stamp, /*rendezvous=*/true);
+    return true;
+  }
+  // The receiving end: posts `dst` for the next slot (once), then true when the message has
+  // landed there and the slot is handed back, or *status says why it cannot (as
+  // try_acquire_recv). A slot the peer sent whole (a message of exactly a slot that it did not
+  // send as a rendezvous) is copied.
+  bool try_receive_landed(void* dst, size_t bytes, Status* status, const CallStamp* expect) {
+    Landing* l = conn_->landing();
+    if (!l->posted(recv_head_)) {
+      l->post(recv_head_, dst, bytes);
+      conn_->notify();
+    }
+    if (!in_.ready(recv_head_)) return false;
+    auto r = checked_slot(bytes, expect);
+    if (!r.ok()) {
+      *status = r.status();
+      return true;
+    }
+    if (!in_.rendezvous(recv_head_)) std::memcpy(dst, *r, bytes);
+    l->slot.store(0);
+    release_recv();
+    return true;
+  }
+  // A call that ends before its rendezvous landed (a failure): the wire stops writing into the
+  // user's buffer before the call returns (it waits up to two seconds for the wire to let go).
+  void withdraw_landing() {
+    Landing* l = conn_->landing();
+    if (!l || l->slot.load() == 0) return;
+    l->slot.store(0);
+    Deadline d(std::chrono::milliseconds(2000));
+    while (l->busy.load() > 0 && !d.expired()) {
+      conn_->notify();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (l->busy.load() > 0)
+      DCOMM_LOG(kWarn, kSubsysTransport, self_rank_, "a receive from ", info_->describe(),
+                " was withdrawn while its wire still writes into the caller's buffer");
+  }
   // Returns once the wire has read every slot sent by reference: before a call returns, so
   // the caller may change or free its buffers.
   Status wait_sent() {
@@ -116,7 +167,14 @@ class PeerPort {
   // through *status. `expect`: the message's stamp for a point-to-point receive.
   bool try_acquire_recv(size_t expected_bytes, const char** slot, Status* status,
                         const CallStamp* expect = nullptr) const {
-    if (!in_.ready(recv_head_)) return false;
+    if (!in_.ready(recv_head_)) {
+      const Landing* l = conn_->landing();
+      if (!l || l->unposted.load(std::memory_order_relaxed) != recv_head_ + 1) return false;
+      *status = make_error(ErrorCode::kAborted, info_->describe(), " sent a message of ", l->unposted_bytes.load(),
+                           " bytes as one rendezvous where this rank receives ", expected_bytes,
+                           "-byte pieces: the ranks disagree on the message's size (or on DCOMM_RENDEZVOUS_BYTES)");
+      return true;
+    }
     auto r = checked_slot(expected_bytes, expect);
     if (!r.ok()) *status = r.status();
     else *slot = *r;
@@ -225,8 +283,8 @@ class PeerPort {
     return t - head_cache_ < out_.slots();
   }
 
-  void commit_by_reference(const void* data, size_t bytes, const CallStamp* stamp) {
-    out_.commit_ref(data, bytes, stamp ? *stamp : *call_);
+  void commit_by_reference(const void* data, size_t bytes, const CallStamp* stamp, bool rendezvous = false) {
+    out_.commit_ref(data, bytes, stamp ? *stamp : *call_, rendezvous);
     refs_end_ = out_.tail(std::memory_order_relaxed);
     conn_->notify();
   }
@@ -266,7 +324,7 @@ class PeerPort {
     if (got != expected_bytes)
       return make_error(ErrorCode::kAborted, info_->describe(), " sent a slot of ", got,
                         " bytes where this rank expected ", expected_bytes, " in ", describe(mine),
-                        ": do all ranks set the same DCOMM_SLOT_BYTES?");
+                        ": do all ranks set the same DCOMM_SLOT_BYTES and DCOMM_RENDEZVOUS_BYTES?");
     return static_cast<const char*>(in_.payload(index, got));
   }
 

@@ -19,6 +19,12 @@
 // is never copied into the FIFO, and the slot is released (head) only once the wire is done
 // reading it.
 //
+// A slot so sent may also be a rendezvous (the size word's next bit): its payload, of any size,
+// is for the receiver's own buffer. The wire carries the stamp and size first and the payload
+// only once the receiving rank has said where it goes (transport/transport.hpp's Landing); the
+// receiving link then marks the slot of its FIFO the same way, and the payload is already
+// where the rank wanted it.
+//
 // FifoRef is a trivially copyable view: the same idea as MSCCL++'s device handles, so a
 // future device-side consumer can take it by value.
 #pragma once
@@ -51,6 +57,8 @@ inline constexpr size_t kStampOffset = 16;   // seq, size, then the stamp (two w
 inline constexpr size_t kInlineOffset = 32;  // then the inline payload
 inline constexpr size_t kInlineBytes = kSlotHeaderBytes - kInlineOffset;
 inline constexpr uint64_t kByReference = uint64_t{1} << 63;  // in the size word: see commit_ref
+inline constexpr uint64_t kRendezvous = uint64_t{1} << 62;   // in the size word: see above
+inline constexpr uint64_t kSizeFlags = kByReference | kRendezvous;
 
 // A slot's stamp is the call's (core/call.hpp): two words the producer writes with the payload,
 // which the transports move without reading.
@@ -92,10 +100,11 @@ class FifoRef {
   char* payload(uint64_t index, uint64_t bytes) const {
     return slot(index) + (bytes <= kInlineBytes ? kInlineOffset : kSlotHeaderBytes);
   }
-  uint64_t size(uint64_t index) const { return size_word(index) & ~kByReference; }
+  uint64_t size(uint64_t index) const { return size_word(index) & ~kSizeFlags; }
   // Whether the slot's payload stays in the producer's memory (commit_ref), and where the
   // payload of a slot of `bytes` is to be read from, either way.
   bool by_reference(uint64_t index) const { return (size_word(index) & kByReference) != 0; }
+  bool rendezvous(uint64_t index) const { return (size_word(index) & kRendezvous) != 0; }
   const char* source(uint64_t index, uint64_t bytes) const {
     if (!by_reference(index)) return payload(index, bytes);
     const char* p;
@@ -118,6 +127,15 @@ class FifoRef {
     return (bytes <= kInlineBytes ? kInlineOffset : kSlotHeaderBytes) - kStampOffset + bytes;
   }
   uint64_t max_wire_bytes() const { return wire_bytes(slot_bytes()); }
+  // What a wire moves for a rendezvous slot first: the stamp, the inline area and the payload's
+  // size (8 bytes), a run of a length no other slot makes; the size lands at the receiving
+  // slot's data area (rendezvous_size()).
+  static constexpr uint64_t kRendezvousRun = kSlotHeaderBytes - kStampOffset + sizeof(uint64_t);
+  uint64_t rendezvous_size(uint64_t index) const {
+    uint64_t n;
+    std::memcpy(&n, slot(index) + kSlotHeaderBytes, sizeof n);
+    return n;
+  }
   static bool payload_of_wire(uint64_t wire, uint64_t* bytes) {
     if (wire >= kSlotHeaderBytes - kStampOffset + kInlineBytes + 1)
       return *bytes = wire - (kSlotHeaderBytes - kStampOffset), true;
@@ -133,10 +151,10 @@ class FifoRef {
   bool writable() const { return tail(std::memory_order_relaxed) - head() < h_->slots; }
   void commit(uint64_t bytes, const SlotStamp& stamp = {}) const { commit_word(bytes, stamp); }
   // A slot whose `bytes` (more than kInlineBytes) stay at `data`, which must not change until
-  // the consumer releases the slot.
-  void commit_ref(const void* data, uint64_t bytes, const SlotStamp& stamp) const {
+  // the consumer releases the slot; `rendezvous`: for the receiver's own buffer (see above).
+  void commit_ref(const void* data, uint64_t bytes, const SlotStamp& stamp, bool rendezvous = false) const {
     std::memcpy(slot(tail(std::memory_order_relaxed)) + kInlineOffset, &data, sizeof data);
-    commit_word(bytes | kByReference, stamp);
+    commit_word(bytes | kByReference | (rendezvous ? kRendezvous : 0), stamp);
   }
   // For a producer that completes slots out of band (the TCP proxy): slots [tail, t) are full.
   void publish_tail(uint64_t t) const {

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -51,11 +52,15 @@ class ProxyLink {
   // Before the proxy sleeps: adds what to wait on to `fds`; false when it must not sleep
   // (events are pending).
   virtual bool prepare_to_sleep(std::vector<pollfd>& /*fds*/) { return true; }
+  // The longest the proxy may sleep with this link (a wire with no wake-up event); -1: no bound.
+  virtual int max_sleep_ms() const { return -1; }
   // The proxy is stopping: flush and close the wire (bounded).
   virtual void shutdown() {}
   // Whether the wire reads slots sent by reference from the rank's memory (verbs does not:
   // only registered memory can go out, and user buffers are not registered).
   virtual bool takes_references() const { return true; }
+  // Whether the wire lands rendezvous payloads where the rank posts them (`landing`).
+  virtual bool lands() const { return false; }
 
   bool drained() const { return failed || send.fifo.head() == send.fifo.tail(); }
   // Fails the link: closes its FIFOs (waiters see it) and aborts the communicator, naming the peer.
@@ -75,8 +80,9 @@ class ProxyLink {
   std::string peer_name() const { return info ? info->describe() : detail::cat("rank ", peer); }
 
   int peer;
-  HeapFifo send;  // this rank produces; the proxy consumes and puts it on the wire
-  HeapFifo recv;  // the proxy produces from the wire; this rank consumes
+  HeapFifo send;    // this rank produces; the proxy consumes and puts it on the wire
+  HeapFifo recv;    // the proxy produces from the wire; this rank consumes
+  Landing landing;  // the receive the rank is waiting for, when it is a rendezvous
   bool failed = false;
   bool stopping = false;  // set by the proxy when this rank shuts down
   // Set by Proxy::add_link.
@@ -269,7 +275,11 @@ class Proxy {
         sleeping_.store(false);
         if (late) continue;
       }
-      int timeout = stopping_.load() ? 10 : kHeartbeatMs;
+      // In a call, a millisecond at most: a wire whose wake-up event goes missing (UCX's
+      // shared-memory transports, now and then) then costs that, not a heartbeat period.
+      int timeout = stopping_.load() ? 10 : abort_->in_call() ? 1 : kHeartbeatMs;
+      for (auto& l : links_)
+        if (l->max_sleep_ms() >= 0) timeout = std::min(timeout, l->max_sleep_ms());
       ::poll(fds.data(), fds.size(), sleeping_.load() ? timeout : 0);
       sleeping_.store(false);
       if (fds[0].revents & POLLIN) {
@@ -413,6 +423,7 @@ class ProxiedConnection final : public Connection {
   void notify() const override { proxy_->notify(); }
   bool proxied() const override { return true; }
   bool takes_references() const override { return link_->takes_references(); }
+  Landing* landing() const override { return link_->lands() ? &link_->landing : nullptr; }
   const char* kind() const override { return link_->kind(); }
   size_t staging_bytes() const override { return link_->send.bytes + link_->recv.bytes; }
   // The proxy flushes and closes the wire; the local FIFOs need no goodbye.

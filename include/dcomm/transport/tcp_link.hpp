@@ -2,6 +2,11 @@
 // the link's sockets, each socket carrying a slice of every slot prefixed with the slot's
 // byte count and stamp. Sockets never block: pump() moves what the kernel takes and gives,
 // and asks the proxy to poll for the rest.
+//
+// A rendezvous slot (transport/fifo.hpp; its byte count carries kRendezvous) is sent from the
+// sender's buffer, and each socket reads its slice straight into the buffer the receiving
+// rank posted (Landing); a socket whose next slice has nowhere to go yet waits, and TCP's
+// own flow control holds the sender back meanwhile.
 #pragma once
 
 #include <poll.h>
@@ -39,6 +44,7 @@ class TcpLink final : public ProxyLink {
     uint64_t recv_slot = 0;
     size_t recv_off = 0;
     SliceHeader recv_hdr;  // the slot's byte count and stamp, once in
+    bool holding = false;  // reading a rendezvous slice into the rank's buffer (Landing::hold)
     bool eof = false;
     bool want_out = false, want_in = false;
   };
@@ -50,6 +56,7 @@ class TcpLink final : public ProxyLink {
     }
   }
   const char* kind() const override { return "tcp"; }
+  bool lands() const override { return true; }
   bool pump() override;
   bool prepare_to_sleep(std::vector<pollfd>& fds) override {
     for (auto& st : stripes) {
@@ -77,11 +84,40 @@ class TcpLink final : public ProxyLink {
     size_t begin = std::min<size_t>(k * part, total);
     return {begin, std::min<size_t>(begin + part, total)};
   }
+  // Where stripe `st` reads the payload of its current slot of `total` bytes (a rendezvous:
+  // where the rank posted it), or null while it has nowhere to go yet; a posting withdrawn
+  // mid-slice fails the link (its stream is broken).
+  char* payload_base(Stripe& st, uint64_t total) {
+    if (!(st.recv_hdr.total & kRendezvous)) return recv.fifo.payload(st.recv_slot, total);
+    if (st.holding) {
+      if (landing.posted(st.recv_slot)) return landing.dst;
+      fail(detail::cat("a rendezvous receive from ", peer_name(), " was withdrawn mid-message (the call failed)"));
+      return nullptr;
+    }
+    char* dst = landing.hold(st.recv_slot, total);
+    if (!dst) return nullptr;
+    st.holding = true;
+    if (landing.bytes == total) return dst;
+    fail(detail::cat(peer_name(), " sent a message of ", total, " bytes where this rank receives ", landing.bytes));
+    return nullptr;
+  }
+  // Every hold on the rank's buffer let go (the slices are in, or the link failed).
+  void release(Stripe& st) {
+    if (st.holding) st.holding = false, landing.release();
+  }
   std::vector<Stripe> stripes;
 };
 
 // Moves whatever can move on the sockets without blocking; true if anything moved.
 inline bool TcpLink::pump() {
+  // A link that fails lets go of the rank's buffer: nothing is read into it after.
+  struct ReleaseOnFailure {
+    TcpLink* link;
+    ~ReleaseOnFailure() {
+      if (link->failed)
+        for (auto& st : link->stripes) link->release(st);
+    }
+  } on_failure{this};
   bool progress = false;
   FifoRef out = send.fifo, in = recv.fifo;
   uint64_t tail = out.tail();
@@ -91,8 +127,10 @@ inline bool TcpLink::pump() {
     auto& st = stripes[k];
     st.want_out = false;
     while (st.send_slot < tail) {
-      if (st.send_off == 0) st.send_hdr = {out.size(st.send_slot), out.stamp(st.send_slot)};
-      const uint64_t total = st.send_hdr.total;
+      if (st.send_off == 0)
+        st.send_hdr = {out.size(st.send_slot) | (out.rendezvous(st.send_slot) ? kRendezvous : 0),
+                       out.stamp(st.send_slot)};
+      const uint64_t total = st.send_hdr.total & ~kRendezvous;
       auto [b, e] = slice(k, total);
       size_t want = kHeaderBytes + (e - b);
       iovec iov[2];
@@ -125,8 +163,12 @@ inline bool TcpLink::pump() {
         dst = reinterpret_cast<char*>(&st.recv_hdr) + st.recv_off;
         left = kHeaderBytes - st.recv_off;
       } else {
-        auto [b, e] = slice(k, st.recv_hdr.total);
-        dst = in.payload(st.recv_slot, st.recv_hdr.total) + b + (st.recv_off - kHeaderBytes);
+        const uint64_t total = st.recv_hdr.total & ~kRendezvous;
+        auto [b, e] = slice(k, total);
+        char* base = e > b ? payload_base(st, total) : nullptr;
+        if (failed) return false;
+        if (!base && e > b) break;  // the rank has not said where this rendezvous goes yet
+        dst = base + b + (st.recv_off - kHeaderBytes);
         left = (e - b) - (st.recv_off - kHeaderBytes);
       }
       ssize_t n = left ? ::recv(st.sock.fd(), dst, left, 0) : 0;
@@ -142,11 +184,13 @@ inline bool TcpLink::pump() {
       st.recv_off += static_cast<size_t>(n);
       progress |= n > 0;
       if (st.recv_off >= kHeaderBytes) {
-        if (st.recv_hdr.total > in.slot_bytes())
-          return fail(detail::cat(peer_name(), " sent a ", st.recv_hdr.total, "-byte slot; this rank's slots hold ",
+        const uint64_t total = st.recv_hdr.total & ~kRendezvous;
+        if (total > in.slot_bytes() && !(st.recv_hdr.total & kRendezvous))
+          return fail(detail::cat(peer_name(), " sent a ", total, "-byte slot; this rank's slots hold ",
                                   in.slot_bytes(), " (do all ranks set the same DCOMM_SLOT_BYTES?)"));
-        auto [b, e] = slice(k, st.recv_hdr.total);
+        auto [b, e] = slice(k, total);
         if (st.recv_off == kHeaderBytes + (e - b)) {
+          release(st);
           in.set_size(st.recv_slot, st.recv_hdr.total);
           if (k == 0) in.set_stamp(st.recv_slot, st.recv_hdr.stamp);
           st.recv_slot++, st.recv_off = 0, progress = true;

@@ -112,6 +112,43 @@ class CallDirectory {
   virtual std::optional<AbortState::CallInfo> call_of(int peer, std::chrono::milliseconds within) = 0;
 };
 
+// Where the rank wants the payload of one slot of its receive FIFO to land: a rendezvous
+// (transport/fifo.hpp), whose wire writes the payload straight into the user's buffer. One at
+// a time per link: the rank posts it for the slot it is about to take, and withdraws it when
+// its call ends before the slot came (a failure), waiting until the wire no longer writes there.
+// `slot` and `busy` follow Dekker's rule (both sequentially consistent): the wire raises busy,
+// then checks the slot is still posted; the rank withdraws the slot, then waits while busy.
+struct Landing {
+  std::atomic<uint64_t> slot{0};  // the slot's index + 1; 0: none
+  std::atomic<int> busy{0};       // wire streams (sockets, requests) writing into dst
+  char* dst = nullptr;
+  uint64_t bytes = 0;
+  // Set by the wire: the rendezvous header of slot `unposted` - 1 (`unposted_bytes` long) waits
+  // for a posting, so a receive that takes that slot in pieces (the ranks disagree on the
+  // message) can say so instead of waiting out its deadline.
+  std::atomic<uint64_t> unposted{0}, unposted_bytes{0};
+
+  void post(uint64_t index, void* to, uint64_t n) {
+    dst = static_cast<char*>(to), bytes = n;
+    slot.store(index + 1);
+  }
+  bool posted(uint64_t index) const { return slot.load() == index + 1; }
+  // The wire: the destination for slot `index` (whose header says `header_bytes`), held (busy)
+  // until release(); null when none is posted (yet), or it was withdrawn.
+  char* hold(uint64_t index, uint64_t header_bytes) {
+    if (!posted(index)) {
+      unposted_bytes.store(header_bytes);
+      unposted.store(index + 1);
+      return nullptr;
+    }
+    busy.fetch_add(1);
+    if (posted(index)) return dst;
+    busy.fetch_sub(1);
+    return nullptr;
+  }
+  void release() { busy.fetch_sub(1); }
+};
+
 class Connection {
  public:
   virtual ~Connection() = default;
@@ -125,6 +162,9 @@ class Connection {
   // True when the wire can read a slot's payload where the rank keeps it (FifoRef::commit_ref):
   // the proxied TCP and UCX links.
   virtual bool takes_references() const { return false; }
+  // Where the rank posts the destination of a rendezvous slot (transport/fifo.hpp): the
+  // proxied TCP and UCX links; null where the wire cannot land a payload in the user's buffer.
+  virtual Landing* landing() const { return nullptr; }
   virtual const char* kind() const = 0;
   // Staging memory this rank holds for the link: the FIFO it receives on (and, over TCP, its
   // local send FIFO too).

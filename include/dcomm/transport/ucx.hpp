@@ -11,12 +11,18 @@
 // error handling (UCX's shared-memory transports have none): a peer that dies, or a wire that
 // breaks, fails the link with an error naming the peer.
 //
+// A rendezvous slot (transport/fifo.hpp) goes as its header (FifoRef::kRendezvousRun) on the
+// slot's tag and its payload, from the sender's buffer, as a second message on the slot's tag
+// with the top bit set. The receiving proxy posts the payload's receive only once the rank has
+// posted where it goes (Landing), so UCX's own rendezvous moves it straight into the user's
+// buffer (a single copy over shared memory, zero copy over RDMA); the header's slot is
+// published when the payload has landed.
+//
 // One UCP context and worker per communicator rank, created at init; the endpoints are made
 // then too, before the proxy thread starts, and only the proxy thread touches the worker after.
 // Build: CMake target dcomm::ucx (defines DCOMM_HAS_UCX and links libucp).
 #pragma once
 
-#include <poll.h>
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
@@ -48,7 +54,7 @@ class UcxWorker {
       return detail::ucx_error(s, "reading the UCX configuration (UCX_* variables)");
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    params.features = UCP_FEATURE_TAG;
     ucs_status_t s = ucp_init(&params, config, &w->context_);
     ucp_config_release(config);
     if (s != UCS_OK) return detail::ucx_error(s, "ucp_init (is UCX_TLS set to transports this machine has?)");
@@ -57,10 +63,15 @@ class UcxWorker {
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     if (s = ucp_worker_create(w->context_, &wp, &w->worker_); s != UCS_OK)
       return detail::ucx_error(s, "ucp_worker_create");
-    if (s = ucp_worker_get_efd(w->worker_, &w->efd_); s != UCS_OK) return detail::ucx_error(s, "ucp_worker_get_efd");
     return w;
   }
   ~UcxWorker() {
+    if (abandoned_) {
+      DCOMM_LOG(kWarn, kSubsysTransport, -1,
+                "a UCX endpoint to a failed peer still held requests at close: the UCX worker is left to the "
+                "process's exit (UCX cannot destroy it yet)");
+      return;
+    }
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
   }
@@ -80,20 +91,21 @@ class UcxWorker {
   ucp_worker_h worker() const { return worker_; }
   // Progresses the worker once per proxy round (several links share it).
   bool progress() { return ucp_worker_progress(worker_) != 0; }
-  // Before sleeping on efd(): false when events are pending.
-  bool arm() { return ucp_worker_arm(worker_) == UCS_OK; }
-  int efd() const { return efd_; }
+  // An endpoint closed with requests UCX never completed (its peer died on a wire without
+  // peer-failure handling): destroying the worker would make UCX assert, so it is not.
+  void abandon() { abandoned_ = true; }
 
  private:
   UcxWorker() = default;
+  bool abandoned_ = false;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  int efd_ = -1;
 };
 
 class UcxLink final : public ProxyLink {
  public:
   static constexpr int kSeqBits = 44;
+  static constexpr int kSleepMs = 10;
 
   UcxLink(int peer_rank, int my_rank, const Config& c, std::shared_ptr<UcxWorker> w)
       : ProxyLink(peer_rank, c),
@@ -116,6 +128,7 @@ class UcxLink final : public ProxyLink {
         UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = reinterpret_cast<const ucp_address_t*>(addr.data());
     p.err_mode = same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    peer_errors_ = !same_host;
     p.err_handler.cb = &UcxLink::on_endpoint_error;
     p.err_handler.arg = this;
     const ucs_status_t s = ucp_ep_create(worker_->worker(), &p, &ep_);
@@ -124,6 +137,7 @@ class UcxLink final : public ProxyLink {
   }
 
   const char* kind() const override { return "ucx"; }
+  bool lands() const override { return true; }
 
   bool pump() override {
     bool progress = worker_->progress();
@@ -150,9 +164,23 @@ class UcxLink final : public ProxyLink {
       prm.cb.send = &UcxLink::on_send;
       prm.user_data = &op;
       // The slot's stamp and payload, as one run (transport/fifo.hpp); a slot sent by reference
-      // as two pieces, its header and the payload where the rank keeps it.
+      // as two pieces, its header and the payload where the rank keeps it; a rendezvous as its
+      // header run, then the payload as a message of its own.
       const void* buffer = out.wire(next_send_);
       size_t count = FifoRef::wire_bytes(bytes);
+      if (out.rendezvous(next_send_)) {
+        op.left = 2;
+        op.size = bytes;
+        op.iov[0] = {out.wire(next_send_), FifoRef::kRendezvousRun - sizeof op.size};
+        op.iov[1] = {&op.size, sizeof op.size};
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        prm.datatype = ucp_dt_make_iov();
+        if (!send_one(op, op.iov, 2, tag(me_, next_send_), prm)) return false;
+        prm.datatype = ucp_dt_make_contig(1);
+        if (!send_one(op, out.source(next_send_, bytes), bytes, tag(me_, next_send_) | kPayloadTag, prm)) return false;
+        progress = true;
+        continue;
+      }
       if (out.by_reference(next_send_)) {
         op.iov[0] = {out.wire(next_send_), count - bytes};
         op.iov[1] = {const_cast<char*>(out.source(next_send_, bytes)), bytes};
@@ -160,9 +188,7 @@ class UcxLink final : public ProxyLink {
         prm.datatype = ucp_dt_make_iov();
         buffer = op.iov, count = 2;
       }
-      ucs_status_ptr_t r = ucp_tag_send_sync_nbx(ep_, buffer, count, tag(me_, next_send_), &prm);
-      if (UCS_PTR_IS_ERR(r)) return fail_with(UCS_PTR_STATUS(r), detail::cat("sending slot ", next_send_, " failed"));
-      if (r == nullptr) op.done = true;
+      if (!send_one(op, buffer, count, tag(me_, next_send_), prm)) return false;
       progress = true;
     }
     uint64_t head = out.head(std::memory_order_relaxed);
@@ -197,6 +223,16 @@ class UcxLink final : public ProxyLink {
       if (op.status != UCS_OK) return fail_with(op.status, "a receive failed");
       // The run landed where its payload belongs, inline or in the data area (transport/fifo.hpp).
       uint64_t bytes = 0;
+      if (op.bytes == FifoRef::kRendezvousRun) {
+        bytes = in.rendezvous_size(tail);
+        if (!landed(tail, bytes, progress)) {
+          if (failed) return false;
+          break;
+        }
+        in.set_size(tail, bytes | kRendezvous);
+        ++tail;
+        continue;
+      }
       if (!FifoRef::payload_of_wire(op.bytes, &bytes))
         return fail(detail::cat(peer_name(), " sent a malformed ", op.bytes, "-byte slot over UCX"));
       in.set_size(tail, bytes);
@@ -206,11 +242,10 @@ class UcxLink final : public ProxyLink {
     return progress;
   }
 
-  bool prepare_to_sleep(std::vector<pollfd>& fds) override {
-    if (!worker_->arm()) return false;
-    fds.push_back({worker_->efd(), POLLIN, 0});
-    return true;
-  }
+  // No wake-up event: ucp_worker_arm blocked in a read (UCX 1.13) on a host where a
+  // shared-memory peer had died, which kept the proxy from hearing of the death. The proxy
+  // sleeps at most kSleepMs instead (a millisecond during a call: proxy.hpp).
+  int max_sleep_ms() const override { return kSleepMs; }
 
   void shutdown() override { close_endpoint(std::chrono::milliseconds(1000)); }
 
@@ -218,19 +253,73 @@ class UcxLink final : public ProxyLink {
   struct Op {
     UcxLink* link = nullptr;
     bool done = false;
+    int left = 1;  // a send: messages not yet complete (a rendezvous makes two)
     ucs_status_t status = UCS_OK;
     size_t bytes = 0;
+    uint64_t size = 0;         // a rendezvous send: the payload's size, as its header carries it
     void* request = nullptr;   // a posted receive, until it completes
     ucp_dt_iov_t iov[2] = {};  // a send by reference: the slot's header, then the payload
   };
+  static constexpr ucp_tag_t kPayloadTag = ucp_tag_t{1} << 63;  // a rendezvous slot's payload
 
   static ucp_tag_t tag(int sender, uint64_t seq) {
     return (static_cast<ucp_tag_t>(sender) << kSeqBits) | (seq & ((ucp_tag_t{1} << kSeqBits) - 1));
   }
+  static void sent(Op* op, ucs_status_t status) {
+    if (status != UCS_OK && op->status == UCS_OK) op->status = status;
+    op->done = --op->left == 0;
+  }
   static void on_send(void* request, ucs_status_t status, void* user) {
-    auto* op = static_cast<Op*>(user);
-    op->status = status, op->done = true;
+    sent(static_cast<Op*>(user), status);
     ucp_request_free(request);
+  }
+  // One synchronous send of slot `op` (done when the peer has matched it).
+  bool send_one(Op& op, const void* buffer, size_t count, ucp_tag_t t, const ucp_request_param_t& prm) {
+    ucs_status_ptr_t r = ucp_tag_send_sync_nbx(ep_, buffer, count, t, &prm);
+    if (UCS_PTR_IS_ERR(r)) return fail_with(UCS_PTR_STATUS(r), detail::cat("sending slot ", next_send_, " failed"));
+    if (r == nullptr) sent(&op, UCS_OK);
+    return true;
+  }
+
+  // The payload of rendezvous slot k (`bytes`): received where the rank posted it (Landing),
+  // once it has; true when it is there. A posting the rank withdraws (its call failed) cancels
+  // the receive; the link then fails, its stream of slots broken.
+  bool landed(uint64_t k, uint64_t bytes, bool& progress) {
+    if (payload_slot_ != k + 1) {
+      char* dst = landing.hold(k, bytes);
+      if (!dst) return false;
+      if (landing.bytes != bytes) {
+        landing.release();
+        return fail(
+            detail::cat(peer_name(), " sent a message of ", bytes, " bytes where this rank receives ", landing.bytes));
+      }
+      payload_ = Op{this};
+      payload_slot_ = k + 1;
+      ucp_request_param_t prm{};
+      prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      prm.cb.recv = &UcxLink::on_recv;
+      prm.user_data = &payload_;
+      ucs_status_ptr_t r =
+          ucp_tag_recv_nbx(worker_->worker(), dst, bytes, tag(peer, k) | kPayloadTag, ~ucp_tag_t{0}, &prm);
+      if (UCS_PTR_IS_ERR(r)) {
+        payload_slot_ = 0;
+        landing.release();
+        return fail_with(UCS_PTR_STATUS(r), "posting a rendezvous receive failed");
+      }
+      if (!payload_.done) payload_.request = r;
+      progress = true;
+    }
+    if (!payload_.done) {
+      if (!landing.posted(k) && payload_.request) ucp_request_cancel(worker_->worker(), payload_.request);
+      return false;
+    }
+    payload_slot_ = 0;
+    landing.release();
+    progress = true;
+    if (payload_.status != UCS_OK) return fail_with(payload_.status, "a rendezvous receive failed");
+    if (payload_.bytes != bytes)
+      return fail(detail::cat(peer_name(), " sent ", payload_.bytes, " bytes of a ", bytes, "-byte message"));
+    return true;
   }
   static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
     auto* op = static_cast<Op*>(user);
@@ -253,39 +342,52 @@ class UcxLink final : public ProxyLink {
   }
 
   // Cancels the receives still posted (they belong to the worker, which outlives this link),
-  // flushes and closes the endpoint, waiting up to `wait` (forced when the peer is gone), and
-  // lets the sends still in flight complete: their callbacks write into this link.
+  // flushes and closes the endpoint, waiting up to `wait` (forced when the peer is gone and the
+  // endpoint handles peer failure: UCX leaves a forced close undefined otherwise), and lets the
+  // sends still in flight complete: their callbacks write into this link. What UCX did not
+  // complete by then (a peer that died on shared memory) leaves the worker abandoned.
   void close_endpoint(std::chrono::milliseconds wait) {
     for (Op& op : recvs_)
       if (op.request && !op.done) ucp_request_cancel(worker_->worker(), op.request);
-    progress_while(
-        [&] { return std::any_of(recvs_.begin(), recvs_.end(), [](const Op& op) { return op.request && !op.done; }); });
+    if (payload_slot_ && payload_.request && !payload_.done) ucp_request_cancel(worker_->worker(), payload_.request);
+    progress_while([&] {
+      return std::any_of(recvs_.begin(), recvs_.end(), [](const Op& op) { return op.request && !op.done; }) ||
+             (payload_slot_ && !payload_.done);
+    });
     if (ep_) {
       ucp_request_param_t prm{};
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      prm.flags = failed || ep_status_ != UCS_OK || wait.count() == 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      const bool force = peer_errors_ && (failed || ep_status_ != UCS_OK || wait.count() == 0);
+      prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
       ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &prm);
       ep_ = nullptr;
       if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
-        const auto until = std::chrono::steady_clock::now() + wait;
+        const auto until = std::chrono::steady_clock::now() + std::max(wait, std::chrono::milliseconds(100));
         while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until)
           worker_->progress();
         if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
+        else worker_->abandon();
       }
     }
-    progress_while([&] {
+    auto sending = [&] {
       for (uint64_t k = send.fifo.head(); k < next_send_; ++k)
         if (!sends_[k % sends_.size()].done) return true;
       return false;
-    });
+    };
+    progress_while(sending);
+    if (sending() || (payload_slot_ && !payload_.done)) worker_->abandon();
+    if (payload_slot_ && payload_.done) landing.release(), payload_slot_ = 0;
   }
 
   int me_;
   std::shared_ptr<UcxWorker> worker_;
   ucp_ep_h ep_ = nullptr;
   ucs_status_t ep_status_ = UCS_OK;
+  bool peer_errors_ = false;       // the endpoint handles peer failure (between hosts)
   std::vector<Op> sends_, recvs_;  // by slot
   uint64_t next_send_ = 0, next_post_ = 0;
+  Op payload_;                 // the rendezvous receive in flight
+  uint64_t payload_slot_ = 0;  // its slot + 1; 0: none
 };
 
 DCOMM_NAMESPACE_END
