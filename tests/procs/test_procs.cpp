@@ -104,7 +104,7 @@ TEST_CASE("matrix, processes over TCP, world sizes 2, 3, 4") {
 // by reference runs on both sides of the threshold (the matrix's counts), in and out of place;
 // with 3 ranks every point-to-point message of 64 bytes or more goes as a rendezvous into the
 // receiver's buffer as well. "realloc": buffers freed and allocated again between calls, at
-// the default sizes (its larger send_recv a rendezvous, its smaller one not).
+// the default sizes (its send_recv calls rendezvous).
 TEST_CASE(
     "sends by reference and rendezvous over TCP and UCX: the matrix from 64 bytes; buffers freed and reallocated") {
   std::vector<std::vector<std::string>> wires = {{"DCOMM_TRANSPORT=tcp"}};
@@ -124,7 +124,7 @@ TEST_CASE(
   }
 }
 
-// A message one rank sends as a rendezvous (4 MiB) and the other receives in pieces (256 KiB):
+// A message one rank sends as a rendezvous (4 MiB) and the other receives in pieces (32 KiB):
 // the receiver reports the disagreement at once, not at its ten-minute deadline.
 TEST_CASE("a rendezvous met by a smaller receive: the receiver names the disagreement at once") {
   std::vector<std::string> wires = {"tcp"};

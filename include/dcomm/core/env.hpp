@@ -138,7 +138,7 @@ struct Config {
   // large goes as one rendezvous: the receiver says where it goes, and the wire moves it from
   // the sender's buffer straight into the receiver's (no FIFO at either end); 0 turns that off.
   // Every rank must set the same value.
-  size_t rendezvous_bytes = 1u << 20;
+  size_t rendezvous_bytes = 64u << 10;
   // DCOMM_STREAM_BYTES: calls at least this large write their output with streaming stores
   // (no read-for-ownership); smaller ones keep their output in cache for the caller.
   size_t stream_bytes = 16u << 20;
