@@ -160,8 +160,9 @@ int main(int argc, char** argv) {
   }
   if (mode == "p2p_mismatch") {
     // Rank 0 sends 4 MiB (a rendezvous over TCP and UCX) where rank 1 receives 32 KiB (below
-    // DCOMM_RENDEZVOUS_BYTES: in slot-sized pieces): rank 1 must say that the sizes disagree, at once. Rank 0's send may
-    // complete (TCP's socket buffers can take it all) or fail when rank 1 aborts.
+    // DCOMM_RENDEZVOUS_BYTES: in slot-sized pieces): rank 1 must say that the sizes disagree,
+    // at once. Rank 0's send may complete (TCP's socket buffers can take it all) or fail when
+    // rank 1 aborts.
     std::vector<float> buf(c.rank() == 0 ? 1 << 20 : 1 << 13, 1.0f);
     P2POp op = c.rank() == 0 ? P2POp::send(buf.data(), buf.size(), DataType::kFloat32, 1)
                              : P2POp::recv(buf.data(), buf.size(), DataType::kFloat32, 0);

@@ -78,6 +78,16 @@ class ProxyLink {
     return false;
   }
   std::string peer_name() const { return info ? info->describe() : detail::cat("rank ", peer); }
+  // The rank's buffer for rendezvous slot `index`, whose header says `bytes`, held until
+  // landing.release(); null while none is posted, or after failing the link when the posted
+  // receive is of another size.
+  char* hold_landing(uint64_t index, uint64_t bytes) {
+    char* dst = landing.hold(index, bytes);
+    if (!dst || landing.bytes == bytes) return dst;
+    landing.release();
+    fail(detail::cat(peer_name(), " sent a message of ", bytes, " bytes where this rank receives ", landing.bytes));
+    return nullptr;
+  }
 
   int peer;
   HeapFifo send;    // this rank produces; the proxy consumes and puts it on the wire
@@ -120,6 +130,7 @@ class Proxy {
     raw->rank = rank_;
     raw->info = &peers_[static_cast<size_t>(raw->peer)];
     raw->abort = abort_;
+    if (raw->max_sleep_ms() >= 0) max_sleep_ms_ = std::min(max_sleep_ms_, raw->max_sleep_ms());
     links_.push_back(std::move(link));
     return raw;
   }
@@ -277,9 +288,7 @@ class Proxy {
       }
       // In a call, a millisecond at most: a wire whose wake-up event goes missing (UCX's
       // shared-memory transports, now and then) then costs that, not a heartbeat period.
-      int timeout = stopping_.load() ? 10 : abort_->in_call() ? 1 : kHeartbeatMs;
-      for (auto& l : links_)
-        if (l->max_sleep_ms() >= 0) timeout = std::min(timeout, l->max_sleep_ms());
+      const int timeout = std::min(stopping_.load() ? 10 : abort_->in_call() ? 1 : kHeartbeatMs, max_sleep_ms_);
       ::poll(fds.data(), fds.size(), sleeping_.load() ? timeout : 0);
       sleeping_.store(false);
       if (fds[0].revents & POLLIN) {
@@ -404,6 +413,7 @@ class Proxy {
   std::condition_variable query_cv_;
   std::vector<Query> queries_;  // by peer
   std::vector<std::unique_ptr<ProxyLink>> links_;
+  int max_sleep_ms_ = kHeartbeatMs;  // the least of the links' max_sleep_ms()
   std::thread thread_;
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> poked_{false};  // a call began (call_began)

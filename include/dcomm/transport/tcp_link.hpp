@@ -94,12 +94,9 @@ class TcpLink final : public ProxyLink {
       fail(detail::cat("a rendezvous receive from ", peer_name(), " was withdrawn mid-message (the call failed)"));
       return nullptr;
     }
-    char* dst = landing.hold(st.recv_slot, total);
-    if (!dst) return nullptr;
-    st.holding = true;
-    if (landing.bytes == total) return dst;
-    fail(detail::cat(peer_name(), " sent a message of ", total, " bytes where this rank receives ", landing.bytes));
-    return nullptr;
+    char* dst = hold_landing(st.recv_slot, total);
+    st.holding = dst != nullptr;
+    return dst;
   }
   // Every hold on the rank's buffer let go (the slices are in, or the link failed).
   void release(Stripe& st) {

@@ -200,18 +200,8 @@ class UcxLink final : public ProxyLink {
 
     // Receives: posted into every slot the consumer has freed, completed in order.
     for (const uint64_t room = in.head() + slots; next_post_ < room; ++next_post_) {
-      Op& op = recvs_[next_post_ % slots];
-      op = Op{this};
-      ucp_request_param_t prm{};
-      // Always completed through the callback (UCX 1.13 leaves tag_info unset on some
-      // immediate completions, which would lose the length).
-      prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-      prm.cb.recv = &UcxLink::on_recv;
-      prm.user_data = &op;
-      ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker(), in.wire(next_post_), in.max_wire_bytes(),
-                                            tag(peer, next_post_), ~ucp_tag_t{0}, &prm);
-      if (UCS_PTR_IS_ERR(r)) return fail_with(UCS_PTR_STATUS(r), "posting a receive failed");
-      if (!op.done) op.request = r;
+      if (!post_receive(recvs_[next_post_ % slots], in.wire(next_post_), in.max_wire_bytes(), tag(peer, next_post_)))
+        return false;
       progress = true;
     }
     uint64_t tail = in.tail(std::memory_order_relaxed);
@@ -281,32 +271,33 @@ class UcxLink final : public ProxyLink {
     return true;
   }
 
+  // Posts the tagged receive of `bytes` into `buffer` for `op`, always completed through the
+  // callback (UCX 1.13 leaves tag_info unset on some immediate completions, which would lose
+  // the length); false when the link failed.
+  bool post_receive(Op& op, void* buffer, size_t bytes, ucp_tag_t t) {
+    op = Op{this};
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    prm.cb.recv = &UcxLink::on_recv;
+    prm.user_data = &op;
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker(), buffer, bytes, t, ~ucp_tag_t{0}, &prm);
+    if (UCS_PTR_IS_ERR(r)) return fail_with(UCS_PTR_STATUS(r), "posting a receive failed");
+    if (!op.done) op.request = r;
+    return true;
+  }
+
   // The payload of rendezvous slot k (`bytes`): received where the rank posted it (Landing),
   // once it has; true when it is there. A posting the rank withdraws (its call failed) cancels
   // the receive; the link then fails, its stream of slots broken.
   bool landed(uint64_t k, uint64_t bytes, bool& progress) {
     if (payload_slot_ != k + 1) {
-      char* dst = landing.hold(k, bytes);
+      char* dst = hold_landing(k, bytes);
       if (!dst) return false;
-      if (landing.bytes != bytes) {
+      if (!post_receive(payload_, dst, bytes, tag(peer, k) | kPayloadTag)) {
         landing.release();
-        return fail(
-            detail::cat(peer_name(), " sent a message of ", bytes, " bytes where this rank receives ", landing.bytes));
+        return false;
       }
-      payload_ = Op{this};
       payload_slot_ = k + 1;
-      ucp_request_param_t prm{};
-      prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-      prm.cb.recv = &UcxLink::on_recv;
-      prm.user_data = &payload_;
-      ucs_status_ptr_t r =
-          ucp_tag_recv_nbx(worker_->worker(), dst, bytes, tag(peer, k) | kPayloadTag, ~ucp_tag_t{0}, &prm);
-      if (UCS_PTR_IS_ERR(r)) {
-        payload_slot_ = 0;
-        landing.release();
-        return fail_with(UCS_PTR_STATUS(r), "posting a rendezvous receive failed");
-      }
-      if (!payload_.done) payload_.request = r;
       progress = true;
     }
     if (!payload_.done) {
