@@ -23,7 +23,8 @@ if [ -n "${NETEM:-}" ]; then
   # shellcheck disable=SC2086
   ip netns exec "$b" tc qdisc add dev "$vb" root netem $NETEM
 fi
-port=$((30000 + RANDOM % 10000))
+# Below the kernel's ephemeral range (32768 up), as tests/netns/netns_test.sh.
+port=$((20000 + RANDOM % 10000))
 run_pair() {  # $1: output file; the rest: the command, run once per namespace with rank env
   local out=$1
   shift

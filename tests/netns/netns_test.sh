@@ -23,7 +23,9 @@ if [ "$NETEM" = "--netem" ]; then
   ip netns exec "$b" tc qdisc add dev "$vb" root netem delay 20ms loss 1%
   echo "netns_test: netem on both ends: delay 20ms, loss 1%"
 fi
-port=$((30000 + $$ % 10000))
+# Below the kernel's ephemeral range (32768 up): a port an earlier pair's outgoing connection
+# took there (in TIME_WAIT) made the next store's bind fail with "Address already in use".
+port=$((20000 + $$ % 10000))
 failed=0
 # One collective on both namespaces; $1: a label, then environment words, then dcomm-bench's args.
 pair() {
