@@ -2,6 +2,8 @@
 // in-process transport; and the same matrix over shared memory and TCP between threads.
 #include <doctest/doctest.h>
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -142,31 +144,51 @@ TEST_CASE("verbs: the matrix over RC queue pairs, or a clear error without a dev
   }
 }
 
-TEST_CASE("verbs: the registration cache registers a buffer once") {
+TEST_CASE("verbs: the registration cache registers a buffer once, and again after it was freed") {
   if (!dcomm::detail::has_rdma_device()) {
     MESSAGE("no RDMA device here: skipped (runs under scripts/rdma-vm.sh)");
     return;
   }
   auto dev = VerbsDevice::open();
   REQUIRE_MESSAGE(dev.ok(), dev.status().message());
-  RegistrationCache cache((*dev)->pd(), 4);
+  ibv_pd* pd = (*dev)->pd();
+  RegistrationCache cache(
+      [pd](void* a, size_t n, int access, MemoryKind) -> void* { return ibv_reg_mr(pd, a, n, access); },
+      [](void* mr) { ibv_dereg_mr(static_cast<ibv_mr*>(mr)); }, 4, PageIdentity::available());
   std::vector<char> a(1 << 20), b(4096);
-  auto first = cache.get(a.data(), a.size(), IBV_ACCESS_LOCAL_WRITE);
+  auto first = cache.acquire(a.data(), a.size(), IBV_ACCESS_LOCAL_WRITE);
   REQUIRE(first.ok());
-  auto again = cache.get(a.data(), a.size(), IBV_ACCESS_LOCAL_WRITE);
-  auto inside = cache.get(a.data() + 4096, 8192, IBV_ACCESS_LOCAL_WRITE);
+  cache.release(*first);
+  auto again = cache.acquire(a.data(), a.size(), IBV_ACCESS_LOCAL_WRITE);
+  auto inside = cache.acquire(a.data() + 4096, 8192, IBV_ACCESS_LOCAL_WRITE);
   REQUIRE((again.ok() && inside.ok()));
-  CHECK(*again == *first);
-  CHECK(*inside == *first);
-  CHECK(cache.registrations() == 1);
-  CHECK(cache.hits() == 2);
-  auto other = cache.get(b.data(), b.size(), IBV_ACCESS_LOCAL_WRITE);  // not inside a: a new region
-  REQUIRE(other.ok());
-  CHECK(cache.registrations() == 2);
-  // Wider access than registered: a new region too.
-  auto remote = cache.get(a.data(), a.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  CHECK(*inside == *again);
+  CHECK(cache.registrations() == (cache.checked() ? 1 : 2));  // unchecked: each lives while held
+  cache.release(*again);
+  cache.release(*inside);
+  // Wider access than registered: a new region.
+  auto remote = cache.acquire(a.data(), a.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   REQUIRE(remote.ok());
-  CHECK(cache.registrations() == 3);
+  CHECK(*remote != *again);
+  cache.release(*remote);
+  // The same address mapped anew (as free and malloc do): never the old region.
+  void* p = mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  std::memset(p, 1, 1 << 20);
+  auto old = cache.acquire(p, 1 << 20, IBV_ACCESS_LOCAL_WRITE);
+  REQUIRE(old.ok());
+  void* old_mr = (*old)->handle;
+  cache.release(*old);
+  const size_t before = cache.registrations();
+  REQUIRE(mmap(p, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == p);
+  std::memset(p, 2, 1 << 20);
+  auto fresh = cache.acquire(p, 1 << 20, IBV_ACCESS_LOCAL_WRITE);
+  REQUIRE(fresh.ok());
+  CHECK(cache.registrations() == before + 1);
+  if (cache.checked()) CHECK(cache.stale() == 1);
+  (void)old_mr;
+  cache.release(*fresh);
+  munmap(p, 1 << 20);
 }
 #endif
 

@@ -159,14 +159,30 @@ TEST_CASE("matrix, processes over verbs, world sizes 2, 3") {
     MESSAGE("no RDMA device here: skipped (scripts/rdma-vm.sh runs it under Soft-RoCE)");
     return;
   }
+  // With 3 ranks every point-to-point message from 64 bytes is a rendezvous: RDMA WRITE from
+  // the sender's registered buffer into the receiver's.
   for (int size : {2, 3}) {
     CAPTURE(size);
-    check_all_exit(run_local({"matrix"}, size, with(kSmall, {"DCOMM_TRANSPORT=verbs"})), 0);
+    std::vector<std::string> env = with(kSmall, {"DCOMM_TRANSPORT=verbs"});
+    if (size == 3) env.push_back("DCOMM_RENDEZVOUS_BYTES=64");
+    check_all_exit(run_local({"matrix"}, size, env), 0);
   }
   // Asked to send by reference from 64 bytes, the verbs link copies into its registered FIFO
-  // (it takes no references); buffers freed and allocated again between calls.
+  // (it takes no references); buffers freed and allocated again between calls (the rendezvous
+  // must never be served a registration of the old pages).
   check_all_exit(run_local({"matrix"}, 2, with(kSmall, {"DCOMM_TRANSPORT=verbs", "DCOMM_ZERO_COPY_BYTES=64"})), 0);
   check_all_exit(run_local({"realloc"}, 2, {"DCOMM_TRANSPORT=verbs", "DCOMM_TIMEOUT_MS=30000"}), 0);
+  check_all_exit(
+      run_local({"realloc"}, 2, {"DCOMM_TRANSPORT=verbs", "DCOMM_TIMEOUT_MS=30000", "DCOMM_IB_REG_CACHE=off"}), 0);
+  // The ranks disagree on a message: the receiver says so at once.
+  check_all_exit(run_local({"p2p_mismatch"}, 2, {"DCOMM_TRANSPORT=verbs", "DCOMM_TIMEOUT_MS=600000"}, 120s), 3);
+  // A rank killed while its peers' rendezvous receives are posted (registered, offered).
+  auto p = run_local({"die", "2", "5", "p2p"}, 4, {"DCOMM_TRANSPORT=verbs", "DCOMM_TIMEOUT_MS=600000"}, 120s);
+  CHECK(p.exit_codes[2] == -SIGKILL);
+  for (int r : {0, 1, 3}) CHECK_MESSAGE(p.exit_codes[static_cast<size_t>(r)] == 3, "survivor rank ", r);
+  // Communicators made and destroyed, each with a rendezvous: no registration outlives its
+  // communicator (pinned memory, VmPin, is as before).
+  check_all_exit(run_local({"cycles", "6"}, 2, {"DCOMM_TRANSPORT=verbs"}, 200s), 0);
 }
 #endif
 

@@ -10,7 +10,8 @@
 //                   survivors exit 3 when their error says rank RANK stopped responding, 4 otherwise
 //   cycles N        N times: a new communicator (from a unique id rank 0 broadcasts), an
 //                   all_reduce, destroy (every other one aborted first); exit 0 when this
-//                   process's descriptors, threads and shared-memory files are as before
+//                   process's descriptors, threads, shared-memory files and pinned memory
+//                   (verbs registrations) are as before
 // Output: one line per failure, then "rank R: ..." summaries.
 #include <chrono>
 #include <thread>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <fstream>
 
 #include <cstdio>
 #include <cstdlib>
@@ -87,10 +89,19 @@ int main(int argc, char** argv) {
       return k;
     };
     const std::string mine = "dcomm-" + detail::pid_namespace() + "-" + std::to_string(getpid()) + "-";
-    auto footprint = [&] {
-      return std::array<int, 3>{count("/proc/self/fd", ""), count("/proc/self/task", ""), count("/dev/shm", mine)};
+    // Memory pinned for a device (verbs registrations), in kB.
+    auto pinned = [] {
+      std::ifstream f("/proc/self/status");
+      std::string line;
+      while (std::getline(f, line))
+        if (line.rfind("VmPin:", 0) == 0) return std::atoi(line.c_str() + 6);
+      return 0;
     };
-    std::array<int, 3> before{};
+    auto footprint = [&] {
+      return std::array<int, 4>{count("/proc/self/fd", ""), count("/proc/self/task", ""), count("/dev/shm", mine),
+                                pinned()};
+    };
+    std::array<int, 4> before{};
     for (int i = 0; i < n + 3; ++i) {
       if (i == 3) before = footprint();  // after warm-up
       char id_text[256] = {};
@@ -107,6 +118,14 @@ int main(int argc, char** argv) {
       std::vector<int32_t> v(1000, 1);
       if (!(*child)->all_reduce(std::span(v), ReduceOp::kSum).ok())
         return report("rank %d cycle %d failed\n", c.rank(), i), 1;
+      // A ring shift of 1 MiB: a rendezvous over TCP, UCX and verbs (registered buffers).
+      std::vector<int32_t> mine_(1 << 18, c.rank()), theirs(mine_.size(), -1);
+      const int next = (c.rank() + 1) % c.size(), prev = (c.rank() + c.size() - 1) % c.size();
+      if (!(*child)
+               ->send_recv(mine_.data(), mine_.size(), next, theirs.data(), theirs.size(), prev, DataType::kInt32)
+               .ok() ||
+          theirs.back() != prev)
+        return report("rank %d cycle %d: send_recv failed\n", c.rank(), i), 1;
       if (!c.barrier().ok()) return 1;  // every rank done with the child before one aborts it
       if (i % 2 && c.rank() == 1) (*child)->abort("the test re-creates it");
       child->reset();
@@ -115,8 +134,8 @@ int main(int argc, char** argv) {
     // A leak is more than before. Less is a descriptor or thread still closing when the
     // snapshot was taken (a loaded machine); a closing one may also linger at the end, so
     // a leak is only one that is still there after up to 2 s.
-    auto leaked = [&](const std::array<int, 3>& now) {
-      return now[0] > before[0] || now[1] > before[1] || now[2] > before[2];
+    auto leaked = [&](const std::array<int, 4>& now) {
+      return now[0] > before[0] || now[1] > before[1] || now[2] > before[2] || now[3] > before[3];
     };
     auto after = footprint();
     for (int k = 0; k < 40 && leaked(after); ++k) {
@@ -124,8 +143,8 @@ int main(int argc, char** argv) {
       after = footprint();
     }
     if (leaked(after)) {
-      report("rank %d: descriptors %d -> %d, threads %d -> %d, shared-memory files %d -> %d\n", c.rank(), before[0],
-             after[0], before[1], after[1], before[2], after[2]);
+      report("rank %d: descriptors %d -> %d, threads %d -> %d, shared-memory files %d -> %d, pinned kB %d -> %d\n",
+             c.rank(), before[0], after[0], before[1], after[1], before[2], after[2], before[3], after[3]);
       return 1;
     }
     return 0;

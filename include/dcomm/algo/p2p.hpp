@@ -165,6 +165,8 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
       deadline.reset();
       continue;
     }
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (!state[i].finished) ports[static_cast<size_t>(ops[i].peer)]->progress();
     if (!backoff.pause()) continue;
     for (size_t i = 0; i < ops.size(); ++i)
       if (!state[i].finished)

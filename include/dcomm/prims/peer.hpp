@@ -96,10 +96,13 @@ class PeerPort {
   }
   // Whether a message of `bytes` to or from this peer goes as one rendezvous, straight from the
   // sender's buffer into the receiver's (transport/fifo.hpp): over a link that lands payloads
-  // (TCP, UCX) from DCOMM_RENDEZVOUS_BYTES. Both ends decide alike (same link, same setting).
+  // (TCP, UCX, verbs) from DCOMM_RENDEZVOUS_BYTES. Both ends decide alike (same link, same
+  // setting). A link that lands reads a rendezvous from the sender's buffer, even one that
+  // copies other slots (verbs registers the buffer for it).
+  // A waiting rank moves a wire it may move itself (verbs), instead of waiting for the proxy.
+  void progress() const { conn_->progress(); }
   bool lands(size_t bytes) const {
-    return config_->rendezvous_bytes && bytes >= config_->rendezvous_bytes && bytes > kInlineBytes &&
-           conn_->landing() && conn_->takes_references();
+    return config_->rendezvous_bytes && bytes >= config_->rendezvous_bytes && bytes > kInlineBytes && conn_->landing();
   }
   // The sending end of one: `bytes` of any size at `data` (unchanged until wait_sent()).
   bool try_post_rendezvous(const void* data, size_t bytes, const CallStamp* stamp) {
@@ -296,6 +299,7 @@ class PeerPort {
     std::optional<Deadline> deadline;
     std::optional<Deadline> diagnosis;  // the stall after which the peer's call is asked for
     while (!ready()) {
+      conn_->progress();
       if (!backoff.pause()) continue;
       DCOMM_RETURN_IF_ERROR(check_alive(sending));
       if (!deadline) {

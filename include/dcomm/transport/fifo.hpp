@@ -136,6 +136,11 @@ class FifoRef {
     std::memcpy(&n, slot(index) + kSlotHeaderBytes, sizeof n);
     return n;
   }
+  // The sending side: puts the payload's size after the inline area, making the run contiguous
+  // (a slot sent by reference leaves its data area unused).
+  void set_rendezvous_size(uint64_t index, uint64_t n) const {
+    std::memcpy(slot(index) + kSlotHeaderBytes, &n, sizeof n);
+  }
   static bool payload_of_wire(uint64_t wire, uint64_t* bytes) {
     if (wire >= kSlotHeaderBytes - kStampOffset + kInlineBytes + 1)
       return *bytes = wire - (kSlotHeaderBytes - kStampOffset), true;

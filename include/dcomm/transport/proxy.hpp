@@ -61,6 +61,25 @@ class ProxyLink {
   virtual bool takes_references() const { return true; }
   // Whether the wire lands rendezvous payloads where the rank posts them (`landing`).
   virtual bool lands() const { return false; }
+  // Whether a waiting rank may move the wire itself (verbs: the queue pair and its completion
+  // queue are the link's own), so a message pays no hop through the proxy thread.
+  virtual bool rank_pumps() const { return false; }
+
+  // pump(), by whichever thread gets the link first (the proxy, or a waiting rank where
+  // rank_pumps()); false when another thread has it now.
+  bool try_pump(bool* progress) {
+    if (pumping_.exchange(true, std::memory_order_acquire)) return false;
+    *progress = !failed && pump();
+    pumping_.store(false, std::memory_order_release);
+    return true;
+  }
+  // prepare_to_sleep(), likewise: false (do not sleep) when another thread has the link.
+  bool try_prepare_to_sleep(std::vector<pollfd>& fds) {
+    if (pumping_.exchange(true, std::memory_order_acquire)) return false;
+    const bool ok = failed || prepare_to_sleep(fds);
+    pumping_.store(false, std::memory_order_release);
+    return ok;
+  }
 
   bool drained() const { return failed || send.fifo.head() == send.fifo.tail(); }
   // Fails the link: closes its FIFOs (waiters see it) and aborts the communicator, naming the peer.
@@ -99,6 +118,9 @@ class ProxyLink {
   int rank = -1;
   const PeerInfo* info = nullptr;
   std::shared_ptr<AbortState> abort;
+
+ private:
+  std::atomic<bool> pumping_{false};  // a thread is in pump() or prepare_to_sleep()
 };
 
 class Proxy {
@@ -249,7 +271,10 @@ class Proxy {
     bool stop_seen = false;
     for (;;) {
       bool progress = false;
-      for (auto& l : links_) progress |= !l->failed && l->pump();
+      for (auto& l : links_) {
+        bool moved = false;
+        progress |= !l->try_pump(&moved) || moved;  // a rank that has the link is moving it
+      }
       if (send_abort_.exchange(false)) send_control_all(ControlType::kAbort);
       heartbeat(now_ms());
       send_queries();
@@ -276,12 +301,18 @@ class Proxy {
       sleeping_.store(true, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       bool late = false;
-      for (auto& l : links_) late |= !l->failed && l->pump();
+      for (auto& l : links_) {
+        bool moved = false;
+        late |= !l->try_pump(&moved) || moved;
+      }
       fds.clear();
       fds.push_back({wake_fd_, POLLIN, 0});
       for (auto& c : controls_)
         if (c.sock.valid()) fds.push_back({c.sock.fd(), POLLIN, 0});
-      for (auto& l : links_) late |= !l->failed && !l->prepare_to_sleep(fds);
+      // A link the waiting rank moves itself (rank_pumps) is left to it during a call: the
+      // proxy does not arm its wake-up there, so the two do not take turns at every completion.
+      const bool in_call = abort_->in_call();
+      for (auto& l : links_) late |= !(in_call && l->rank_pumps()) && !l->try_prepare_to_sleep(fds);
       if (late || send_abort_.load() || stopping_.load()) {
         sleeping_.store(false);
         if (late) continue;
@@ -430,7 +461,15 @@ class ProxiedConnection final : public Connection {
   ProxiedConnection(ProxyLink* link, Proxy* proxy) : link_(link), proxy_(proxy) {}
   FifoRef send_fifo() const override { return link_->send.fifo; }
   FifoRef recv_fifo() const override { return link_->recv.fifo; }
-  void notify() const override { proxy_->notify(); }
+  // After a commit or release: a link the rank may move goes at once (no proxy hop).
+  void notify() const override {
+    progress();
+    if (!link_->rank_pumps()) proxy_->notify();  // the rank moves it while it waits
+  }
+  void progress() const override {
+    bool moved = false;
+    if (link_->rank_pumps()) link_->try_pump(&moved);
+  }
   bool proxied() const override { return true; }
   bool takes_references() const override { return link_->takes_references(); }
   Landing* landing() const override { return link_->lands() ? &link_->landing : nullptr; }

@@ -156,6 +156,8 @@ class Connection {
   virtual FifoRef recv_fifo() const = 0;  // the peer produces, this rank consumes
   // Called after committing or releasing slots; a proxy-driven transport wakes its thread.
   virtual void notify() const {}
+  // Called while the rank waits on the link: a wire the rank may move itself (verbs) moves.
+  virtual void progress() const {}
   // True when a proxy thread on this host moves the data: a waiter should yield soon, since
   // spinning takes the CPU from the thread it waits for.
   virtual bool proxied() const { return false; }

@@ -8,20 +8,23 @@
 //
 // Flow control: the sender writes slot k only when the peer has consumed slot k - slots. The
 // receiving proxy tells it how far its consumer got with a credit message (a WRITE WITH
-// IMMEDIATE without data, the immediate's top bit set, the low 31 bits of the consumed count);
-// one credit message is in flight at a time, so the receive queue (slots + 2 entries) never
-// runs dry, and no slot is overwritten before its consumer released it.
+// IMMEDIATE without data, the low 30 bits of the consumed count in the immediate); one credit
+// message is in flight at a time, so the receive queue (slots + 4 entries, with the
+// rendezvous messages) never runs dry, and no slot is overwritten before its consumer released it.
+//
+// A rendezvous (transport/fifo.hpp, from DCOMM_RENDEZVOUS_BYTES) goes as its header into the
+// slot; the receiver registers the buffer its rank posted (Landing) and writes where it is into
+// the sender's mailbox; the sender registers its own buffer and RDMA WRITEs the payload there,
+// the last write's immediate saying it landed. Where a buffer cannot be registered, that end
+// goes through the slot's own registered data area instead, window by window (see
+// docs/transports.md). A waiting rank moves its links itself (rank_pumps): a small message
+// pays no hop through the proxy thread.
 //
 // Failures: a completion with an error status (the peer died, the link broke: retries
 // exhausted) fails the link with an error naming the peer, the device and port, and the
-// status. The device is the one DCOMM_IB_HCA names ("mlx5_0" or "mlx5_0:1"), else by topology
-// the first with an active port on this rank's NUMA node, else any with an active port;
-// DCOMM_IB_GID_INDEX picks the GID (default: the first RoCE v2 IPv4
-// GID, else 0). A machine without RDMA devices still builds and runs everything else; asking
-// for verbs there is an error that says no device was found.
-//
-// Registration: memory regions come from a registration cache per device (a buffer
-// registered again, or any range inside one, reuses its region).
+// status. The device (transport/verbs_device.hpp) is chosen by DCOMM_IB_HCA or topology. A
+// machine without RDMA devices still builds and runs everything else; asking for verbs there
+// is an error that says no device was found.
 // Build: CMake target dcomm::verbs (defines DCOMM_HAS_VERBS, links libibverbs).
 #pragma once
 
@@ -31,235 +34,50 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
-#include <fstream>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "dcomm/core/bytes.hpp"
 #include "dcomm/core/config.hpp"
-#include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
-#include "dcomm/topo/order.hpp"
 #include "dcomm/transport/proxy.hpp"
+#include "dcomm/transport/registration.hpp"
+#include "dcomm/transport/verbs_device.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
-// Memory regions by address range, on one protection domain: a range inside a registered one
-// reuses it; least recently used regions are deregistered past `capacity`, except those
-// registered to be kept (a link's FIFOs, which a peer writes into for as long as it lives).
-class RegistrationCache {
- public:
-  RegistrationCache(ibv_pd* pd, size_t capacity) : pd_(pd), capacity_(capacity) {}
-  ~RegistrationCache() {
-    for (auto& e : entries_) ibv_dereg_mr(e.mr);
-  }
-  RegistrationCache(const RegistrationCache&) = delete;
-  RegistrationCache& operator=(const RegistrationCache&) = delete;
-
-  Result<ibv_mr*> get(void* addr, size_t bytes, int access, bool keep = false) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto a = reinterpret_cast<uintptr_t>(addr);
-    for (auto it = entries_.begin(); it != entries_.end(); ++it)
-      if (a >= it->begin && a + bytes <= it->end && (it->access & access) == access) {
-        entries_.splice(entries_.begin(), entries_, it);  // most recently used first
-        ++hits_;
-        return entries_.front().mr;
-      }
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, bytes, access);
-    if (!mr)
-      return make_error(ErrorCode::kSystemError, "registering ", bytes,
-                        " bytes with the RDMA device failed: ", std::strerror(errno),
-                        " (is the locked-memory limit, ulimit -l, large enough?)");
-    entries_.push_front({a, a + bytes, access, keep, mr});
-    ++registrations_;
-    size_t evictable = 0;
-    for (const auto& e : entries_) evictable += e.keep ? 0 : 1;
-    for (auto it = entries_.end(); evictable > capacity_ && it != entries_.begin();) {
-      --it;
-      if (it->keep) continue;
-      ibv_dereg_mr(it->mr);
-      it = entries_.erase(it);
-      --evictable;
-    }
-    return mr;
-  }
-  size_t hits() const { return hits_; }
-  size_t registrations() const { return registrations_; }
-
- private:
-  struct Entry {
-    uintptr_t begin, end;
-    int access;
-    bool keep;
-    ibv_mr* mr;
-  };
-  ibv_pd* pd_;
-  size_t capacity_;
-  std::mutex mu_;
-  std::list<Entry> entries_;
-  size_t hits_ = 0, registrations_ = 0;
-};
-
-// An opened device, port and GID, with a protection domain and its registration cache.
-class VerbsDevice {
- public:
-  // DCOMM_IB_HCA / DCOMM_IB_GID_INDEX choose (see above).
-  static Result<std::shared_ptr<VerbsDevice>> open() {
-    const std::string want = env_or("DCOMM_IB_HCA");
-    const std::string want_dev = want.substr(0, want.find(':'));
-    const int want_port = want.find(':') == std::string::npos ? 0 : std::atoi(want.c_str() + want.find(':') + 1);
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    if (!list || n == 0) {
-      if (list) ibv_free_device_list(list);
-      return make_error(ErrorCode::kInvalidArgument,
-                        "no RDMA device found (DCOMM_TRANSPORT=verbs): ibv_get_device_list lists none; load a driver "
-                        "(mlx5_ib, or rdma_rxe for Soft-RoCE: rdma link add rxe0 type rxe netdev eth0) or use "
-                        "DCOMM_TRANSPORT=tcp");
-    }
-    auto dev = std::shared_ptr<VerbsDevice>(new VerbsDevice);
-    std::string names;
-    // Without DCOMM_IB_HCA, by topology: devices on this rank's NUMA node first.
-    std::vector<int> order(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-    const int numa = numa_node_of_this_thread();
-    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-      return (device_numa(list[x]) == numa ? 0 : 1) < (device_numa(list[y]) == numa ? 0 : 1);
-    });
-    for (int i : order) {
-      if (dev->ctx_) break;
-      const std::string name = ibv_get_device_name(list[i]);
-      names += (names.empty() ? "" : ", ") + name;
-      if (!want_dev.empty() && name != want_dev) continue;
-      ibv_context* ctx = ibv_open_device(list[i]);
-      if (!ctx) continue;
-      ibv_device_attr da{};
-      ibv_query_device(ctx, &da);
-      for (int port = 1; port <= da.phys_port_cnt; ++port) {
-        if (want_port && port != want_port) continue;
-        ibv_port_attr pa{};
-        if (ibv_query_port(ctx, static_cast<uint8_t>(port), &pa) == 0 && pa.state == IBV_PORT_ACTIVE) {
-          dev->ctx_ = ctx, dev->port_ = port, dev->port_attr_ = pa, dev->name_ = name;
-          break;
-        }
-      }
-      if (!dev->ctx_) ibv_close_device(ctx);
-    }
-    ibv_free_device_list(list);
-    if (!dev->ctx_)
-      return make_error(ErrorCode::kInvalidArgument, "no active RDMA port",
-                        want.empty() ? "" : detail::cat(" on DCOMM_IB_HCA=", want), " (devices: ", names, ")");
-    DCOMM_RETURN_IF_ERROR(dev->choose_gid());
-    dev->pd_ = ibv_alloc_pd(dev->ctx_);
-    if (!dev->pd_) return make_error(ErrorCode::kSystemError, "ibv_alloc_pd on ", dev->name_, " failed");
-    dev->cache_ = std::make_unique<RegistrationCache>(dev->pd_, 64);
-    return dev;
-  }
-  ~VerbsDevice() {
-    cache_.reset();
-    if (pd_) ibv_dealloc_pd(pd_);
-    if (ctx_) ibv_close_device(ctx_);
-  }
-  VerbsDevice(const VerbsDevice&) = delete;
-  VerbsDevice& operator=(const VerbsDevice&) = delete;
-
-  ibv_context* context() const { return ctx_; }
-  ibv_pd* pd() const { return pd_; }
-  int port() const { return port_; }
-  const ibv_port_attr& port_attr() const { return port_attr_; }
-  const ibv_gid& gid() const { return gid_; }
-  int gid_index() const { return gid_index_; }
-  RegistrationCache& registrations() { return *cache_; }
-  std::string describe() const { return detail::cat(name_, " port ", port_, " GID index ", gid_index_); }
-
- private:
-  VerbsDevice() = default;
-  // The NUMA node the device's PCI function sits on (-1 unknown, as sysfs says for Soft-RoCE).
-  static int device_numa(ibv_device* d) {
-    std::ifstream f(std::string("/sys/class/infiniband/") + ibv_get_device_name(d) + "/device/numa_node");
-    int node = -1;
-    return f >> node ? node : -1;
-  }
-  Status choose_gid() {
-    if (std::string g = env_or("DCOMM_IB_GID_INDEX"); !g.empty()) {
-      gid_index_ = std::atoi(g.c_str());
-      if (ibv_query_gid(ctx_, static_cast<uint8_t>(port_), gid_index_, &gid_) != 0)
-        return invalid_argument("DCOMM_IB_GID_INDEX=", g, ": ", name_, " port ", port_, " has no such GID");
-      return {};
-    }
-    // InfiniBand addresses by LID (GID 0 is fine); RoCE wants a RoCE v2 GID of an IPv4 address.
-    for (int i = 0; i < port_attr_.gid_tbl_len && port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET; ++i) {
-      ibv_gid_entry e{};
-      if (ibv_query_gid_ex(ctx_, static_cast<uint32_t>(port_), static_cast<uint32_t>(i), &e, 0) != 0) continue;
-      const bool v4 = std::all_of(e.gid.raw, e.gid.raw + 10, [](uint8_t b) { return b == 0; }) &&
-                      e.gid.raw[10] == 0xff && e.gid.raw[11] == 0xff;
-      if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && v4) {
-        gid_index_ = i, gid_ = e.gid;
-        return {};
-      }
-    }
-    gid_index_ = 0;
-    ibv_query_gid(ctx_, static_cast<uint8_t>(port_), 0, &gid_);
-    return {};
-  }
-
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  int port_ = 0;
-  ibv_port_attr port_attr_{};
-  ibv_gid gid_{};
-  int gid_index_ = 0;
-  std::string name_;
-  std::unique_ptr<RegistrationCache> cache_;
-};
-
-// What a peer needs to reach this end of a link, swapped through the store as text.
-struct VerbsEndpoint {
-  uint32_t qpn = 0, psn = 0, rkey = 0;
-  uint16_t lid = 0;
-  uint64_t fifo = 0;                   // the receive FIFO's address
-  uint64_t slot_bytes = 0, slots = 0;  // its layout, which the writer must share
-  ibv_gid gid{};
-
-  std::string encode() const {
-    return detail::cat(qpn, " ", psn, " ", rkey, " ", lid, " ", fifo, " ", slot_bytes, " ", slots, " ",
-                       detail::to_hex(gid.raw, sizeof gid.raw));
-  }
-  static Result<VerbsEndpoint> decode(const std::string& text) {
-    VerbsEndpoint e;
-    unsigned long long fifo = 0, slot_bytes = 0, slots = 0;
-    unsigned lid = 0;
-    char g[256] = {};
-    if (std::sscanf(text.c_str(), "%u %u %u %u %llu %llu %llu %255s", &e.qpn, &e.psn, &e.rkey, &lid, &fifo, &slot_bytes,
-                    &slots, g) != 8)
-      return make_error(ErrorCode::kInternal, "unreadable verbs endpoint '", text, "'");
-    e.lid = static_cast<uint16_t>(lid), e.fifo = fifo, e.slot_bytes = slot_bytes, e.slots = slots;
-    const auto raw = detail::from_hex(g);
-    if (!raw || raw->size() != sizeof e.gid.raw)
-      return make_error(ErrorCode::kInternal, "unreadable GID in verbs endpoint '", text, "'");
-    std::memcpy(e.gid.raw, raw->data(), raw->size());
-    return e;
-  }
-};
-
 class VerbsLink final : public ProxyLink {
  public:
-  static constexpr uint32_t kCreditFlag = 1u << 31;
+  // Immediate data: a data slot's byte count (top bit clear); a credit (top bits 10, then the
+  // low 30 bits of the consumed count); a rendezvous message (top bits 11, two bits of
+  // RdvMessage, the slot's index in the low 28 bits).
+  static constexpr uint32_t kCreditImm = 2u << 30, kRendezvousImm = 3u << 30;
+  static constexpr uint32_t kLow30 = (1u << 30) - 1, kIndexBits = (1u << 28) - 1;
+  enum RdvMessage : uint32_t { kHeader = 0, kReady = 1, kLanded = 2 };
 
   VerbsLink(int peer_rank, const Config& c, std::shared_ptr<VerbsDevice> dev)
-      : ProxyLink(peer_rank, c), dev_(std::move(dev)), slots_(static_cast<uint32_t>(c.slots)) {}
+      : ProxyLink(peer_rank, c),
+        dev_(std::move(dev)),
+        slots_(static_cast<uint32_t>(c.slots)),
+        sent_(c.slots, false),
+        rdv_in_(c.slots, false) {}
   ~VerbsLink() override {
+    let_go();
     if (qp_) ibv_destroy_qp(qp_);
     if (cq_) ibv_destroy_cq(cq_);
     if (channel_) ibv_destroy_comp_channel(channel_);
   }
 
   const char* kind() const override { return "verbs"; }
-  bool takes_references() const override { return false; }  // only registered memory goes out
+  // Ordinary slots go from the registered FIFO (copied in); a rendezvous goes from the user's
+  // buffer, registered for it, into the receiver's, registered too (RDMA WRITE).
+  bool takes_references() const override { return false; }
+  bool lands() const override { return true; }
+  // The queue pair and completion queue are this link's alone: a waiting rank polls them itself
+  // (the proxy still does when no rank is waiting).
+  bool rank_pumps() const override { return true; }
 
   // Creates the queue pair and registers the FIFOs; returns this end's endpoint.
   Result<VerbsEndpoint> prepare() {
@@ -273,27 +91,33 @@ class VerbsLink final : public ProxyLink {
     qa.send_cq = qa.recv_cq = cq_;
     qa.qp_type = IBV_QPT_RC;
     qa.cap.max_send_wr = static_cast<uint32_t>(depth);
-    qa.cap.max_recv_wr = slots_ + 2;
+    qa.cap.max_recv_wr = slots_ + kControlReceives;
     qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+    qa.cap.max_inline_data = sizeof(RendezvousWindow);
     qp_ = ibv_create_qp(dev_->pd(), &qa);
     if (!qp_) return sys_error("ibv_create_qp");
-    auto send_mr = dev_->registrations().get(send.memory, send.bytes, IBV_ACCESS_LOCAL_WRITE, /*keep=*/true);
-    if (!send_mr.ok()) return send_mr.status();
-    auto recv_mr = dev_->registrations().get(recv.memory, recv.bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-                                             /*keep=*/true);
-    if (!recv_mr.ok()) return recv_mr.status();
-    send_mr_ = *send_mr, recv_mr_ = *recv_mr;
+    RegistrationCache& cache = dev_->registrations();
+    constexpr int kRemote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    auto send_mr = cache.keep(send.memory, send.bytes, IBV_ACCESS_LOCAL_WRITE);
+    auto recv_mr = send_mr.ok() ? cache.keep(recv.memory, recv.bytes, kRemote) : send_mr;
+    auto box_mr = recv_mr.ok() ? cache.keep(&box_, sizeof box_, kRemote) : recv_mr;
+    if (!box_mr.ok())
+      return make_error(ErrorCode::kSystemError, "registering the FIFOs of the link to rank ", peer, " with ",
+                        dev_->describe(), " failed: ", box_mr.status().message(),
+                        " (is the locked-memory limit, ulimit -l, large enough?)");
+    send_mr_ = static_cast<ibv_mr*>(*send_mr), recv_mr_ = static_cast<ibv_mr*>(*recv_mr);
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.port_num = static_cast<uint8_t>(dev_->port());
     a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
     if (ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
       return sys_error("moving the queue pair to INIT");
-    for (uint32_t i = 0; i < slots_ + 2; ++i) DCOMM_RETURN_IF_ERROR(post_recv());
+    for (uint32_t i = 0; i < slots_ + kControlReceives; ++i) DCOMM_RETURN_IF_ERROR(post_recv());
     VerbsEndpoint me;
     me.qpn = qp_->qp_num, me.psn = psn_, me.rkey = recv_mr_->rkey, me.lid = dev_->port_attr().lid;
     me.fifo = reinterpret_cast<uint64_t>(recv.memory), me.gid = dev_->gid();
     me.slot_bytes = recv.fifo.slot_bytes(), me.slots = recv.fifo.slots();
+    me.box = reinterpret_cast<uint64_t>(&box_), me.box_rkey = static_cast<ibv_mr*>(*box_mr)->rkey;
     return me;
   }
 
@@ -338,25 +162,46 @@ class VerbsLink final : public ProxyLink {
   }
 
   bool pump() override {
+    // A link that fails lets go of the rank's buffers: nothing is written into them after.
+    struct LetGoOnFailure {
+      VerbsLink* link;
+      ~LetGoOnFailure() {
+        if (link->failed) link->let_go();
+      }
+    } on_failure{this};
     bool progress = drain_events();
     if (int n = poll_completions(); n < 0) return false;
     else progress |= n > 0;
     FifoRef out = send.fifo, in = recv.fifo;
-    // Data: every committed slot the peer has room for.
+    // Every committed slot the peer has room for: its stamp and payload as one run, to the same
+    // place in the peer's FIFO; a rendezvous slot as its header run (the payload follows when
+    // the peer says where).
     for (const uint64_t tail = out.tail(); next_send_ < tail && next_send_ < peer_consumed_ + slots_; ++next_send_) {
-      // The slot's stamp and payload as one run, to the same place in the peer's FIFO.
-      const uint64_t bytes = out.size(next_send_);
+      const uint64_t k = next_send_;
       const uint64_t remote =
-          remote_.fifo + (reinterpret_cast<uint64_t>(in.wire(next_send_)) - reinterpret_cast<uint64_t>(recv.memory));
-      if (!post_write(out.wire(next_send_), static_cast<uint32_t>(FifoRef::wire_bytes(bytes)), remote,
-                      static_cast<uint32_t>(bytes), kData))
-        return false;
+          remote_.fifo + (reinterpret_cast<uint64_t>(in.wire(k)) - reinterpret_cast<uint64_t>(recv.memory));
+      bool posted;
+      if (out.rendezvous(k)) {
+        out.set_rendezvous_size(k, out.size(k));
+        posted = post_write(out.wire(k), FifoRef::kRendezvousRun, send_mr_->lkey, remote, remote_.rkey,
+                            rendezvous_imm(kHeader, k), work(kHeaderWr, k));
+      } else {
+        const uint64_t bytes = out.size(k);
+        posted = post_write(out.wire(k), FifoRef::wire_bytes(bytes), send_mr_->lkey, remote, remote_.rkey,
+                            static_cast<uint32_t>(bytes), work(kDataWr, k));
+      }
+      if (!posted) return false;
       progress = true;
     }
+    if (!write_window(progress) || !land(progress)) return false;
+    uint64_t head = out.head(std::memory_order_relaxed);
+    while (head < next_send_ && sent_[head % slots_]) sent_[head % slots_] = false, ++head;
+    if (head > out.head(std::memory_order_relaxed)) out.publish_head(head), progress = true;
     // Credit: tell the peer how far this rank's consumer got, one message at a time.
     const uint64_t consumed = in.head();
     if (!credit_in_flight_ && consumed > credit_sent_) {
-      if (!post_write(nullptr, 0, 0, kCreditFlag | static_cast<uint32_t>(consumed & 0x7fffffff), kCredit)) return false;
+      if (!post_write(nullptr, 0, 0, 0, 0, kCreditImm | static_cast<uint32_t>(consumed & kLow30), work(kCreditWr, 0)))
+        return false;
       credit_in_flight_ = true, credit_sent_ = consumed, progress = true;
     }
     return progress;
@@ -370,7 +215,33 @@ class VerbsLink final : public ProxyLink {
   }
 
  private:
-  enum WrKind : uint64_t { kData = 1, kCredit = 2 };
+  // Receives for messages outside the slots: a credit, a window asked for, a window landed,
+  // and one to spare.
+  static constexpr uint32_t kControlReceives = 4;
+  enum WorkKind : uint64_t { kDataWr = 1, kHeaderWr, kCreditWr, kReadyWr, kPieceWr, kLandedWr };
+  static uint64_t work(WorkKind kind, uint64_t slot) { return kind | (slot << 4); }
+  static uint32_t rendezvous_imm(RdvMessage m, uint64_t slot) {
+    return kRendezvousImm | (m << 28) | static_cast<uint32_t>(slot & kIndexBits);
+  }
+
+  // The sending end of the rendezvous whose window the peer asked for.
+  struct Outgoing {
+    bool active = false;
+    uint64_t slot = 0, bytes = 0;
+    const char* src = nullptr;
+    RegistrationCache::Region* region = nullptr;  // null: through the slot's bounce area
+    RendezvousWindow window;
+    uint64_t written = 0;      // of the window, posted
+    bool piece_busy = false;   // a bounced piece is in flight (the bounce area is in use)
+    bool window_done = false;  // the window's last write completed
+  };
+  // The receiving end of the rendezvous at the head of the receive FIFO.
+  struct Incoming {
+    bool held = false;  // the rank's buffer (Landing::hold)
+    char* dst = nullptr;
+    uint64_t bytes = 0, offset = 0, window = 0;
+    RegistrationCache::Region* region = nullptr;  // null: through the slot's bounce area
+  };
 
   Status sys_error(const char* what) {
     return make_error(ErrorCode::kSystemError, what, " for the link to rank ", peer, " on ", dev_->describe(),
@@ -383,22 +254,171 @@ class VerbsLink final : public ProxyLink {
     if (ibv_post_recv(qp_, &wr, &bad) != 0) return sys_error("ibv_post_recv");
     return {};
   }
-  bool post_write(const char* local, uint32_t bytes, uint64_t remote, uint32_t imm, WrKind kind) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(local), bytes, send_mr_->lkey};
+  // An RDMA WRITE of `bytes` at `local` (under `lkey`) to `remote` (under `rkey`); with the
+  // immediate `imm` unless `plain`; `inline_data` copies the bytes at posting.
+  bool post_write(const void* local, uint64_t bytes, uint32_t lkey, uint64_t remote, uint32_t rkey, uint32_t imm,
+                  uint64_t wr_id, bool plain = false, bool inline_data = false) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(local), static_cast<uint32_t>(bytes), lkey};
     ibv_send_wr wr{}, *bad = nullptr;
-    wr.wr_id = kind;
-    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr_id = wr_id;
+    wr.opcode = plain ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.send_flags = IBV_SEND_SIGNALED | (inline_data ? IBV_SEND_INLINE : 0);
     wr.imm_data = htonl(imm);
     wr.sg_list = bytes ? &sge : nullptr;
     wr.num_sge = bytes ? 1 : 0;
     wr.wr.rdma.remote_addr = remote;
-    wr.wr.rdma.rkey = remote_.rkey;
+    wr.wr.rdma.rkey = rkey;
     if (ibv_post_send(qp_, &wr, &bad) != 0)
       return fail(detail::cat("RDMA write to ", peer_name(), " on ", dev_->describe(),
                               ": ibv_post_send failed: ", std::strerror(errno)));
     return true;
   }
+  // A slot's data area past the rendezvous size word: where a rendezvous goes through
+  // registered memory when the user's buffer could not be registered (the slot's own area,
+  // unused by a rendezvous).
+  static char* bounce(FifoRef f, uint64_t slot) { return f.payload(slot, f.slot_bytes()) + kSlotHeaderBytes; }
+  uint64_t bounce_bytes() const { return recv.fifo.slot_bytes() - kSlotHeaderBytes; }
+  // A buffer registered for a rendezvous, or null (the copy path, said once per process).
+  RegistrationCache::Region* register_buffer(const void* p, uint64_t bytes, int access) {
+    auto r = dev_->registrations().acquire(const_cast<void*>(p), bytes, access);
+    if (r.ok()) return *r;
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      DCOMM_LOG(kWarn, kSubsysTransport, rank, "registering a ", bytes, "-byte buffer with ", dev_->describe(),
+                " failed (", r.status().message(),
+                "): rendezvous messages whose buffers cannot be registered are copied through the FIFOs' "
+                "registered memory (ulimit -l limits what can be registered)");
+    return nullptr;
+  }
+
+  // The sending end: writes the window the peer asked for (from the user's buffer, or piece
+  // by piece through the slot's bounce area), the last write carrying kLanded.
+  bool write_window(bool& progress) {
+    Outgoing& o = out_;
+    const uint64_t newest = next_send_ - 1;  // the slot asked for, from its index's low bits
+    const uint64_t k = newest - ((newest - ready_index_) & kIndexBits);
+    // A window asked for before the last write of the previous window (of this rendezvous or
+    // the one before) completed here waits for that completion: the peer asks for one window
+    // at a time, but its request may overtake the write's completion.
+    if (ready_ && (!o.active || (o.slot == k && o.window_done))) {
+      ready_ = false;
+      if (next_send_ == 0 || !send.fifo.rendezvous(k) || sent_[k % slots_])
+        return fail(detail::cat(peer_name(), " asked for the payload of slot ", k, ", which is no rendezvous pending"));
+      if (!o.active) {
+        o = Outgoing{};
+        o.active = true, o.slot = k, o.bytes = send.fifo.size(k), o.src = send.fifo.source(k, o.bytes);
+        o.region = register_buffer(o.src, o.bytes, IBV_ACCESS_LOCAL_WRITE);
+      }
+      o.window = window_;
+      o.written = 0, o.window_done = false;
+      if (o.window.offset + o.window.len > o.bytes)
+        return fail(detail::cat(peer_name(), " receives ", o.window.offset + o.window.len,
+                                " bytes of a rendezvous where this rank sends ", o.bytes));
+    }
+    const uint64_t chunk = o.region ? uint64_t{1} << 30 : bounce_bytes();
+    while (o.active && o.written < o.window.len && !o.piece_busy) {
+      const uint64_t n = std::min(chunk, o.window.len - o.written);
+      const bool last = o.written + n == o.window.len;
+      const char* from = o.src + o.window.offset + o.written;
+      uint32_t lkey = o.region ? static_cast<ibv_mr*>(o.region->handle)->lkey : send_mr_->lkey;
+      if (!o.region) {
+        std::memcpy(bounce(send.fifo, o.slot), from, n);
+        from = bounce(send.fifo, o.slot);
+        o.piece_busy = true;
+      }
+      if (!post_write(from, n, lkey, o.window.addr + o.written, o.window.rkey, rendezvous_imm(kLanded, o.slot),
+                      work(last ? kLandedWr : kPieceWr, o.slot), /*plain=*/!last))
+        return false;
+      o.written += n, progress = true;
+    }
+    return true;
+  }
+  // A window of the outgoing rendezvous is written: the slot is sent once its payload is.
+  void window_written() {
+    Outgoing& o = out_;
+    o.piece_busy = false, o.window_done = true;
+    if (o.window.offset + o.window.len < o.bytes) return;  // the peer asks for the next window
+    if (o.region) dev_->registrations().release(o.region);
+    sent_[o.slot % slots_] = true;
+    o = Outgoing{};
+  }
+
+  // The receiving end: the rendezvous at the head of the receive FIFO waits for the rank to
+  // post its buffer, which is registered and offered to the peer (or, unregistrable, the
+  // slot's bounce area window by window); the slot is published once the payload is in.
+  bool land(bool& progress) {
+    FifoRef in = recv.fifo;
+    uint64_t tail = received_;
+    while (tail < arrived_) {
+      if (!rdv_in_[tail % slots_]) {
+        ++tail;
+        continue;
+      }
+      Incoming& r = in_;
+      const uint64_t bytes = in.rendezvous_size(tail);
+      if (!r.held) {
+        char* dst = hold_landing(tail, bytes);
+        if (!dst) {
+          if (failed) return false;
+          break;
+        }
+        r = Incoming{true, dst, bytes};
+        r.region = register_buffer(dst, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+        if (!offer_window(tail)) return false;
+        progress = true;
+      }
+      if (!landed_) break;
+      landed_ = false, progress = true;
+      if (!r.region) {
+        if (!landing.posted(tail))
+          return fail(
+              detail::cat("a rendezvous receive from ", peer_name(), " was withdrawn mid-message (the call failed)"));
+        std::memcpy(r.dst + r.offset, bounce(in, tail), r.window);
+      }
+      r.offset += r.window;
+      if (r.offset < r.bytes) {
+        if (!offer_window(tail)) return false;
+        break;
+      }
+      let_go_incoming();
+      rdv_in_[tail % slots_] = false;
+      in.set_size(tail, bytes | kRendezvous);
+      ++tail;
+    }
+    if (tail > received_) in.publish_tail(received_ = tail), progress = true;
+    return true;
+  }
+  // Tells the peer where the next window of the incoming rendezvous goes.
+  bool offer_window(uint64_t slot) {
+    Incoming& r = in_;
+    RendezvousWindow w;
+    w.offset = r.offset;
+    if (r.region) {
+      w.addr = reinterpret_cast<uint64_t>(r.dst + r.offset), w.len = r.bytes - r.offset;
+      w.rkey = static_cast<ibv_mr*>(r.region->handle)->rkey;
+    } else {
+      const char* b = bounce(recv.fifo, slot);
+      w.addr = remote_address_of_recv(b), w.len = std::min(bounce_bytes(), r.bytes - r.offset), w.rkey = recv_mr_->rkey;
+    }
+    r.window = w.len;
+    return post_write(&w, sizeof w, 0, remote_.box, remote_.box_rkey, rendezvous_imm(kReady, slot),
+                      work(kReadyWr, slot), /*plain=*/false, /*inline_data=*/true);
+  }
+  // Our receive FIFO's memory is addressed by the peer as it is here (registered as is).
+  static uint64_t remote_address_of_recv(const char* p) { return reinterpret_cast<uint64_t>(p); }
+  // Lets go of the incoming rendezvous's buffer: its payload is in, or the link is done.
+  void let_go_incoming() {
+    if (in_.region) dev_->registrations().release(in_.region);
+    if (in_.held) landing.release();
+    in_ = Incoming{};
+  }
+  // The link failed or goes: lets go of both rendezvous' buffers.
+  void let_go() {
+    let_go_incoming();
+    if (out_.region) dev_->registrations().release(out_.region);
+    out_ = Outgoing{};
+  }
+
   // Takes completions off the CQ: -1 after a failure, else how many.
   int poll_completions() {
     ibv_wc wc[16];
@@ -407,38 +427,47 @@ class VerbsLink final : public ProxyLink {
       const int n = ibv_poll_cq(cq_, 16, wc);
       if (n < 0)
         return fail(detail::cat("polling completions for ", peer_name(), " on ", dev_->describe(), " failed")), -1;
-      for (int i = 0; i < n; ++i) {
-        if (wc[i].status != IBV_WC_SUCCESS) {
-          fail(detail::cat(wc[i].opcode & IBV_WC_RECV ? "receiving from " : "RDMA write to ", peer_name(), " on ",
-                           dev_->describe(), " failed: ", ibv_wc_status_str(wc[i].status),
-                           " (the peer died or the link is down)"));
-          return -1;
-        }
-        if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-          const uint32_t imm = ntohl(wc[i].imm_data);
-          if (imm & kCreditFlag) {
-            // The low 31 bits of the peer's consumed count; it only grows, by at most `slots`.
-            const uint64_t low = imm & 0x7fffffff;
-            peer_consumed_ += (low - (peer_consumed_ & 0x7fffffff)) & 0x7fffffff;
-          } else {
-            FifoRef in = recv.fifo;
-            if (imm > in.slot_bytes())
-              return fail(detail::cat(peer_name(), " wrote a ", imm, "-byte slot into ", in.slot_bytes(),
-                                      "-byte slots")),
-                     -1;
-            in.set_size(received_, imm);
-            in.publish_tail(++received_);
-          }
-          if (!post_recv().ok()) return fail(detail::cat("re-posting a receive for ", peer_name(), " failed")), -1;
-        } else if (wc[i].wr_id == kData) {
-          send.fifo.publish_head(++send_done_);  // RC completes in order
-        } else if (wc[i].wr_id == kCredit) {
-          credit_in_flight_ = false;
-        }
-      }
+      for (int i = 0; i < n; ++i)
+        if (!completed(wc[i])) return -1;
       total += n;
       if (n < 16) return total;
     }
+  }
+  bool completed(const ibv_wc& wc) {
+    if (wc.status != IBV_WC_SUCCESS)
+      return fail(detail::cat(wc.opcode & IBV_WC_RECV ? "receiving from " : "RDMA write to ", peer_name(), " on ",
+                              dev_->describe(), " failed: ", ibv_wc_status_str(wc.status),
+                              " (the peer died or the link is down)"));
+    if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
+      switch (static_cast<WorkKind>(wc.wr_id & 15)) {
+        case kDataWr: sent_[(wc.wr_id >> 4) % slots_] = true; break;
+        case kCreditWr: credit_in_flight_ = false; break;
+        case kPieceWr: out_.piece_busy = false; break;
+        case kLandedWr: window_written(); break;
+        default: break;
+      }
+      return true;
+    }
+    const uint32_t imm = ntohl(wc.imm_data);
+    FifoRef in = recv.fifo;
+    if (!(imm >> 31)) {  // a data slot
+      if (imm > in.slot_bytes())
+        return fail(detail::cat(peer_name(), " wrote a ", imm, "-byte slot into ", in.slot_bytes(), "-byte slots"));
+      in.set_size(arrived_++, imm);
+    } else if ((imm >> 30) == 2) {  // the peer's consumed count, which only grows, by at most `slots`
+      const uint64_t low = imm & kLow30;
+      peer_consumed_ += (low - (peer_consumed_ & kLow30)) & kLow30;
+    } else if (const uint32_t m = (imm >> 28) & 3; m == kHeader) {
+      rdv_in_[arrived_++ % slots_] = true;
+    } else if (m == kReady) {
+      std::atomic_thread_fence(std::memory_order_acquire);  // the write landed before its completion
+      window_ = box_;
+      ready_ = true, ready_index_ = imm & kIndexBits;
+    } else if (m == kLanded) {
+      landed_ = true;
+    }
+    if (!post_recv().ok()) return fail(detail::cat("re-posting a receive for ", peer_name(), " failed"));
+    return true;
   }
   bool drain_events() {
     ibv_cq* cq = nullptr;
@@ -458,9 +487,17 @@ class VerbsLink final : public ProxyLink {
   ibv_mr* recv_mr_ = nullptr;
   uint32_t psn_ = 0x1234;
   VerbsEndpoint remote_;
-  uint64_t next_send_ = 0, send_done_ = 0, received_ = 0;
+  uint64_t next_send_ = 0, arrived_ = 0, received_ = 0;
   uint64_t peer_consumed_ = 0, credit_sent_ = 0;
   bool credit_in_flight_ = false;
+  std::vector<bool> sent_;    // per send slot: written (head moves over these, in order)
+  std::vector<bool> rdv_in_;  // per receive slot: a rendezvous header waiting for its payload
+  Outgoing out_;
+  Incoming in_;
+  alignas(64) RendezvousWindow box_;  // the peer writes the window it wants here (RDMA)
+  RendezvousWindow window_;           // ... copied out when its message came
+  bool ready_ = false, landed_ = false;
+  uint64_t ready_index_ = 0;
 };
 
 DCOMM_NAMESPACE_END
