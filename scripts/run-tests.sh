@@ -6,4 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 cd build
-ctest --output-on-failure --timeout 900 "$@"
+if ! ctest --output-on-failure --timeout 900 "$@"; then
+  # The failed checks again, last, so that a log cut in the middle still shows them.
+  echo "=== failed checks (doctest), from build/Testing/Temporary/LastTest.log:"
+  grep -a -B4 -A6 -E "ERROR: |FATAL ERROR|timed out|Timeout" Testing/Temporary/LastTest.log | tail -150 || true
+  exit 1
+fi
