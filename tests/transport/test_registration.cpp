@@ -42,7 +42,7 @@ TEST_CASE("registration cache: a range inside a registered one is served it; the
     REQUIRE(a.ok());
     auto inside = cache.acquire(bufs[0].data() + 100, 1000, 1);
     REQUIRE(inside.ok());
-    CHECK(*inside == *a);  // one region, held twice
+    CHECK(*inside == *a);                                           // one region, held twice
     auto wider = cache.acquire(bufs[0].data(), bufs[0].size(), 3);  // more access: a region of its own
     REQUIRE(wider.ok());
     CHECK(*wider != *a);

@@ -108,7 +108,8 @@ class RegistrationCache {
         ++it;
         continue;
       }
-      if (!it->keep && checked_ && kind == MemoryKind::kHost && PageIdentity::of(reinterpret_cast<void*>(it->begin), it->end - it->begin) != it->pages) {
+      if (!it->keep && checked_ && kind == MemoryKind::kHost &&
+          PageIdentity::of(reinterpret_cast<void*>(it->begin), it->end - it->begin) != it->pages) {
         ++stale_;  // freed and allocated again since: never served
         if (it->refs > 0) {
           it->stale = true, ++it;
