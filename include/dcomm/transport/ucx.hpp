@@ -92,12 +92,19 @@ class UcxWorker {
   // Progresses the worker once per proxy round (several links share it).
   bool progress() { return ucp_worker_progress(worker_) != 0; }
   // An endpoint closed with requests UCX never completed (its peer died on a wire without
-  // peer-failure handling): destroying the worker would make UCX assert, so it is not.
-  void abandon() { abandoned_ = true; }
+  // peer-failure handling): destroying the worker would make UCX assert, so it is not. What
+  // those requests' callbacks write into (`ops`, the closed link's) lives as long as the
+  // worker: UCX may still complete them (purged, cancelled) while the worker progresses for
+  // other links.
+  void abandon(std::shared_ptr<void> ops) {
+    abandoned_ = true;
+    if (ops) kept_.push_back(std::move(ops));
+  }
 
  private:
   UcxWorker() = default;
   bool abandoned_ = false;
+  std::vector<std::shared_ptr<void>> kept_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
 };
@@ -293,23 +300,23 @@ class UcxLink final : public ProxyLink {
     if (payload_slot_ != k + 1) {
       char* dst = hold_landing(k, bytes);
       if (!dst) return false;
-      if (!post_receive(payload_, dst, bytes, tag(peer, k) | kPayloadTag)) {
+      if (!post_receive(*payload_, dst, bytes, tag(peer, k) | kPayloadTag)) {
         landing.release();
         return false;
       }
       payload_slot_ = k + 1;
       progress = true;
     }
-    if (!payload_.done) {
-      if (!landing.posted(k) && payload_.request) ucp_request_cancel(worker_->worker(), payload_.request);
+    if (!payload_->done) {
+      if (!landing.posted(k) && payload_->request) ucp_request_cancel(worker_->worker(), payload_->request);
       return false;
     }
     payload_slot_ = 0;
     landing.release();
     progress = true;
-    if (payload_.status != UCS_OK) return fail_with(payload_.status, "a rendezvous receive failed");
-    if (payload_.bytes != bytes)
-      return fail(detail::cat(peer_name(), " sent ", payload_.bytes, " bytes of a ", bytes, "-byte message"));
+    if (payload_->status != UCS_OK) return fail_with(payload_->status, "a rendezvous receive failed");
+    if (payload_->bytes != bytes)
+      return fail(detail::cat(peer_name(), " sent ", payload_->bytes, " bytes of a ", bytes, "-byte message"));
     return true;
   }
   static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
@@ -335,16 +342,18 @@ class UcxLink final : public ProxyLink {
   // Cancels the receives still posted (they belong to the worker, which outlives this link),
   // flushes and closes the endpoint, waiting up to `wait` (forced when the peer is gone and the
   // endpoint handles peer failure: UCX leaves a forced close undefined otherwise), and lets the
-  // sends still in flight complete: their callbacks write into this link. What UCX did not
-  // complete by then (a peer that died on shared memory) leaves the worker abandoned.
+  // sends still in flight complete: their callbacks write into this link's Ops. What UCX did
+  // not complete by then (a peer that died on shared memory) leaves the worker abandoned, with
+  // those Ops.
   void close_endpoint(std::chrono::milliseconds wait) {
     for (Op& op : recvs_)
       if (op.request && !op.done) ucp_request_cancel(worker_->worker(), op.request);
-    if (payload_slot_ && payload_.request && !payload_.done) ucp_request_cancel(worker_->worker(), payload_.request);
+    if (payload_slot_ && payload_->request && !payload_->done) ucp_request_cancel(worker_->worker(), payload_->request);
     progress_while([&] {
       return std::any_of(recvs_.begin(), recvs_.end(), [](const Op& op) { return op.request && !op.done; }) ||
-             (payload_slot_ && !payload_.done);
+             (payload_slot_ && !payload_->done);
     });
+    bool left = false;  // requests UCX has not completed
     if (ep_) {
       ucp_request_param_t prm{};
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -357,7 +366,7 @@ class UcxLink final : public ProxyLink {
         while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until)
           worker_->progress();
         if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
-        else worker_->abandon();
+        else left = true;
       }
     }
     auto sending = [&] {
@@ -366,8 +375,25 @@ class UcxLink final : public ProxyLink {
       return false;
     };
     progress_while(sending);
-    if (sending() || (payload_slot_ && !payload_.done)) worker_->abandon();
-    if (payload_slot_ && payload_.done) landing.release(), payload_slot_ = 0;
+    left |= sending() || (payload_slot_ && !payload_->done) ||
+            std::any_of(recvs_.begin(), recvs_.end(), [](const Op& op) { return op.request && !op.done; });
+    if (payload_slot_ && payload_->done) landing.release(), payload_slot_ = 0;
+    if (left) abandon();
+  }
+
+  // Leaves the worker to the process's exit, with every Op a callback may still write into.
+  void abandon() {
+    struct Ops {
+      std::vector<Op> sends, recvs;
+      std::shared_ptr<Op> payload;
+    };
+    // Moving a vector keeps its elements where they are.
+    worker_->abandon(std::make_shared<Ops>(Ops{std::move(sends_), std::move(recvs_), payload_}));
+    Op inert{this};
+    inert.done = true;
+    sends_.assign(static_cast<size_t>(send.fifo.slots()), inert);
+    recvs_.assign(static_cast<size_t>(recv.fifo.slots()), inert);
+    payload_ = std::make_shared<Op>(inert), payload_slot_ = 0;  // its landing stays held: UCX may write there
   }
 
   int me_;
@@ -377,8 +403,8 @@ class UcxLink final : public ProxyLink {
   bool peer_errors_ = false;       // the endpoint handles peer failure (between hosts)
   std::vector<Op> sends_, recvs_;  // by slot
   uint64_t next_send_ = 0, next_post_ = 0;
-  Op payload_;                 // the rendezvous receive in flight
-  uint64_t payload_slot_ = 0;  // its slot + 1; 0: none
+  std::shared_ptr<Op> payload_ = std::make_shared<Op>();  // the rendezvous receive in flight
+  uint64_t payload_slot_ = 0;                             // its slot + 1; 0: none
 };
 
 DCOMM_NAMESPACE_END
