@@ -451,6 +451,7 @@ class Communicator {
     if (s.code() == ErrorCode::kTimeout && t_.proxy) s = t_.proxy->blame_silent_peers(s, config_.timeout);
     s = s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_));
     if (!abort_->aborted() && s.code() != ErrorCode::kOutOfResources) abort_->abort(s);
+    if (abort_->aborted() && t_.proxy) t_.proxy->quiesce();  // no wire reads the caller's memory after
     return s;
   }
 

@@ -36,6 +36,7 @@
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
+#include "dcomm/core/wait.hpp"
 #include "dcomm/transport/control.hpp"
 #include "dcomm/transport/transport.hpp"
 
@@ -66,17 +67,18 @@ class ProxyLink {
   virtual bool rank_pumps() const { return false; }
 
   // pump(), by whichever thread gets the link first (the proxy, or a waiting rank where
-  // rank_pumps()); false when another thread has it now.
+  // rank_pumps()); false when another thread has it now. A quiesced link no longer moves.
   bool try_pump(bool* progress) {
+    *progress = false;
     if (pumping_.exchange(true, std::memory_order_acquire)) return false;
-    *progress = !failed && pump();
+    *progress = !failed && !quiesced.load(std::memory_order_relaxed) && pump();
     pumping_.store(false, std::memory_order_release);
     return true;
   }
   // prepare_to_sleep(), likewise: false (do not sleep) when another thread has the link.
   bool try_prepare_to_sleep(std::vector<pollfd>& fds) {
     if (pumping_.exchange(true, std::memory_order_acquire)) return false;
-    const bool ok = failed || prepare_to_sleep(fds);
+    const bool ok = failed || quiesced.load(std::memory_order_relaxed) || prepare_to_sleep(fds);
     pumping_.store(false, std::memory_order_release);
     return ok;
   }
@@ -108,12 +110,20 @@ class ProxyLink {
     return nullptr;
   }
 
+  // A call failed on the aborted communicator: the link stops moving for good, so no wire reads
+  // the caller's memory (a slot sent by reference) after the call returns; bounded wait.
+  void quiesce() {
+    quiesced.store(true);
+    for (Deadline d(std::chrono::milliseconds(2000)); pumping_.load() && !d.expired();) std::this_thread::yield();
+  }
+
   int peer;
   HeapFifo send;    // this rank produces; the proxy consumes and puts it on the wire
   HeapFifo recv;    // the proxy produces from the wire; this rank consumes
   Landing landing;  // the receive the rank is waiting for, when it is a rendezvous
   bool failed = false;
-  bool stopping = false;  // set by the proxy when this rank shuts down
+  bool stopping = false;              // set by the proxy when this rank shuts down
+  std::atomic<bool> quiesced{false};  // see quiesce()
   // Set by Proxy::add_link.
   int rank = -1;
   const PeerInfo* info = nullptr;
@@ -158,6 +168,11 @@ class Proxy {
   }
   void start() {
     thread_ = std::thread([this] { run(); });
+  }
+  // A call failed on the aborted communicator: no link moves again (ProxyLink::quiesce), so no
+  // wire reads the caller's buffers after the call returns.
+  void quiesce() {
+    for (auto& l : links_) l->quiesce();
   }
 
   // The rank has begun a call: the proxy polls from now on (it wakes if it sleeps), so the

@@ -67,9 +67,9 @@ class UcxWorker {
   }
   ~UcxWorker() {
     if (abandoned_) {
-      DCOMM_LOG(kWarn, kSubsysTransport, -1,
-                "a UCX endpoint to a failed peer still held requests at close: the UCX worker is left to the "
-                "process's exit (UCX cannot destroy it yet)");
+      DCOMM_LOG(kInfo, kSubsysTransport, -1,
+                "the UCX worker is left to the process's exit: a call failed while UCX could still read the "
+                "caller's buffers, or an endpoint to a failed peer held requests UCX never completed");
       return;
     }
     if (worker_) ucp_worker_destroy(worker_);
@@ -346,6 +346,13 @@ class UcxLink final : public ProxyLink {
   // not complete by then (a peer that died on shared memory) leaves the worker abandoned, with
   // those Ops.
   void close_endpoint(std::chrono::milliseconds wait) {
+    if (quiesced.load()) {
+      // A call failed: the worker never progresses again (a send may still refer to the
+      // caller's memory, which may be gone by now); the endpoint and worker go with the process.
+      if (ep_ || !std::all_of(sends_.begin(), sends_.end(), [](const Op& op) { return op.done; })) abandon();
+      ep_ = nullptr;
+      return;
+    }
     for (Op& op : recvs_)
       if (op.request && !op.done) ucp_request_cancel(worker_->worker(), op.request);
     if (payload_slot_ && payload_->request && !payload_->done) ucp_request_cancel(worker_->worker(), payload_->request);
