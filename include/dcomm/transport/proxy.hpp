@@ -169,8 +169,7 @@ class Proxy {
   void start() {
     thread_ = std::thread([this] { run(); });
   }
-  // A call failed on the aborted communicator: no link moves again (ProxyLink::quiesce), so no
-  // wire reads the caller's buffers after the call returns.
+  // A call failed on the aborted communicator: no link moves again (ProxyLink::quiesce).
   void quiesce() {
     for (auto& l : links_) l->quiesce();
   }
@@ -285,11 +284,7 @@ class Proxy {
     Clock::time_point last_moved = Clock::now(), last_controls{};
     bool stop_seen = false;
     for (;;) {
-      bool progress = false;
-      for (auto& l : links_) {
-        bool moved = false;
-        progress |= !l->try_pump(&moved) || moved;  // a rank that has the link is moving it
-      }
+      bool progress = pump_links();
       if (send_abort_.exchange(false)) send_control_all(ControlType::kAbort);
       heartbeat(now_ms());
       send_queries();
@@ -315,11 +310,7 @@ class Proxy {
       }
       sleeping_.store(true, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      bool late = false;
-      for (auto& l : links_) {
-        bool moved = false;
-        late |= !l->try_pump(&moved) || moved;
-      }
+      bool late = pump_links();
       fds.clear();
       fds.push_back({wake_fd_, POLLIN, 0});
       for (auto& c : controls_)
@@ -347,6 +338,15 @@ class Proxy {
     for (auto& l : links_) l->shutdown();
   }
 
+  // Pumps every link; true when anything moved, or a rank has a link (and is moving it).
+  bool pump_links() {
+    bool moved_any = false;
+    for (auto& l : links_) {
+      bool moved = false;
+      moved_any |= !l->try_pump(&moved) || moved;
+    }
+    return moved_any;
+  }
   // Polls without sleeping: the rank is in a call and something moved `since_moved` ago,
   // within `spin_`.
   bool busy(Clock::duration since_moved) const {

@@ -349,7 +349,7 @@ class UcxLink final : public ProxyLink {
     if (quiesced.load()) {
       // A call failed: the worker never progresses again (a send may still refer to the
       // caller's memory, which may be gone by now); the endpoint and worker go with the process.
-      if (ep_ || !std::all_of(sends_.begin(), sends_.end(), [](const Op& op) { return op.done; })) abandon();
+      if (ep_) abandon();  // once: the destructor's close comes after shutdown()'s
       ep_ = nullptr;
       return;
     }

@@ -398,14 +398,13 @@ class VerbsLink final : public ProxyLink {
       w.rkey = static_cast<ibv_mr*>(r.region->handle)->rkey;
     } else {
       const char* b = bounce(recv.fifo, slot);
-      w.addr = remote_address_of_recv(b), w.len = std::min(bounce_bytes(), r.bytes - r.offset), w.rkey = recv_mr_->rkey;
+      w.addr = reinterpret_cast<uint64_t>(b), w.len = std::min(bounce_bytes(), r.bytes - r.offset),
+      w.rkey = recv_mr_->rkey;
     }
     r.window = w.len;
     return post_write(&w, sizeof w, 0, remote_.box, remote_.box_rkey, rendezvous_imm(kReady, slot),
                       work(kReadyWr, slot), /*plain=*/false, /*inline_data=*/true);
   }
-  // Our receive FIFO's memory is addressed by the peer as it is here (registered as is).
-  static uint64_t remote_address_of_recv(const char* p) { return reinterpret_cast<uint64_t>(p); }
   // Lets go of the incoming rendezvous's buffer: its payload is in, or the link is done.
   void let_go_incoming() {
     if (in_.region) dev_->registrations().release(in_.region);
