@@ -4,6 +4,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -292,4 +293,36 @@ TEST_CASE("in-place send_recv larger than the FIFOs moves every element") {
       CHECK(wrong == 0);
     });
   }
+}
+
+// The copies of in-place sends live in working memory the communicator keeps: calls that
+// grow and shrink it, collectives between them (which use it too), and a batch with two
+// in-place sends (each from its own part of it) all move the right elements.
+TEST_CASE("in-place sends reuse the communicator's working memory exactly") {
+  auto comms = Communicator::create_local(3, test_config());
+  REQUIRE(comms.ok());
+  on_ranks(*comms, [&](Communicator& c) {
+    const int r = c.rank(), n = c.size(), next = (r + 1) % n, prev = (r + n - 1) % n;
+    auto value = [](int rank, size_t i, int round) { return static_cast<int32_t>(rank * 1000003 + round * 7919 + i); };
+    int round = 0;
+    for (size_t count : {size_t{4096}, size_t{300000}, size_t{1000}, size_t{70000}}) {
+      ++round;
+      std::vector<int32_t> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = value(r, i, round);
+      // Two in-place sends in one batch: the first half to the next rank, the second to the
+      // previous; the halves come back from the other side into the same places.
+      const size_t half = count / 2;
+      Status s = c.p2p({P2POp::send(buf.data(), half, DataType::kInt32, next),
+                        P2POp::send(buf.data() + half, count - half, DataType::kInt32, prev),
+                        P2POp::recv(buf.data(), half, DataType::kInt32, prev),
+                        P2POp::recv(buf.data() + half, count - half, DataType::kInt32, next)});
+      REQUIRE_MESSAGE(s.ok(), s.message());
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += buf[i] != value(i < half ? prev : next, i, round);
+      CHECK(wrong == 0);
+      std::vector<float> sum(count, 1.0f);  // a collective in between
+      REQUIRE(c.all_reduce(sum.data(), sum.data(), count, DataType::kFloat32, ReduceOp::kSum).ok());
+      CHECK(std::count(sum.begin(), sum.end(), static_cast<float>(n)) == static_cast<long>(count));
+    }
+  });
 }

@@ -30,15 +30,18 @@ DCOMM_NAMESPACE_BEGIN
 //
 // `message_stamps`: a batch the user made (send/recv): every message carries its own stamp
 // (type and count), checked by the receive it meets. Otherwise the batch is a step of a
-// collective and its slots carry the collective's stamp.
+// collective and its slots carry the collective's stamp. `staging`, where given, holds those
+// copies and is kept from call to call (its pages are touched, and registered with a wire that
+// registers, once, not at every in-place call).
 inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<PeerPort*>& ports, const Config& config,
-                      bool message_stamps = false) {
+                      bool message_stamps = false, std::vector<char>* staging = nullptr) {
   std::vector<CallStamp> own_stamps;
   if (message_stamps)
     for (const auto& op : ops) own_stamps.push_back(message_stamp(op.type, op.count, op.tag));
   const CallStamp* stamps = message_stamps ? own_stamps.data() : nullptr;
   std::vector<P2POp> own;
-  std::vector<std::vector<char>> copies;
+  std::vector<char> own_staging;
+  if (!staging) staging = &own_staging;
   // Large slices go by reference (PeerPort::sends_by_reference), except a send that a receive
   // of this batch overwrites, which goes from a copy; the batch returns only once the wires
   // have read them (the end of this function), so a collective's next step, or the caller, may
@@ -62,6 +65,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
           ports[static_cast<size_t>(ops[i].peer)]->withdraw_landing();
     }
   } withdraw{ops, rendezvous, ports};
+  size_t staged = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != P2POp::Kind::kSend || ops[i].peer == rank) continue;
     bool clobbered = false;
@@ -70,9 +74,15 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
     if (!clobbered) continue;
     by_reference[i] = false;
     if (own.empty()) own.assign(ops.begin(), ops.end());
-    const char* src = static_cast<const char*>(ops[i].buffer);
-    copies.emplace_back(src, src + ops[i].bytes());
-    own[i].buffer = copies.back().data();
+    own[i].buffer = nullptr;  // its copy's place, once `staging` has its size
+    staged += ops[i].bytes();
+  }
+  if (staging->size() < staged) staging->resize(staged);
+  for (size_t i = 0, at = 0; i < own.size(); ++i) {
+    if (by_reference[i]) continue;
+    if (ops[i].bytes()) std::memcpy(staging->data() + at, ops[i].buffer, ops[i].bytes());
+    own[i].buffer = staging->data() + at;
+    at += ops[i].bytes();
   }
   if (!own.empty()) ops = own;
 
