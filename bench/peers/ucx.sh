@@ -3,7 +3,9 @@
 # tcp,self, `ucx_perftest -t tag_bw` (package ucx-utils; one process sends, one receives) at
 # 16, 64 and 256 MiB, then dcomm-bench send_recv and all_reduce between 2 processes with
 # DCOMM_TRANSPORT=ucx, and dcomm over ucx_perftest. dcomm's send_recv has both ranks send at
-# once (a ring shift), so each direction shares the transport with the other.
+# once (a ring shift), so each direction shares the transport (and, over TCP, the two cores)
+# with the other: build/bench/ucx-bidir (bench/peers/ucx_bidir.cpp) is UCX's figure for that
+# shape, both processes sending and receiving at once, per direction; dcomm over it too.
 #   bench/peers/ucx.sh [tls ...]      default: sm,self tcp,self
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,9 +24,14 @@ for tls in "$@"; do
       awk -v s="$size" '/^Final:/ {print s, $6 * 1048576 / 1e9}' >>"$tmp/perftest.$tls"
     wait || true
     port=$((port + 1))
+    UCX_TLS=$tls ./build/bench/ucx-bidir server 127.0.0.1 "$port" "$size" "$iters" &
+    printf '%s %s\n' "$size" "$(UCX_TLS=$tls ./build/bench/ucx-bidir client 127.0.0.1 "$port" "$size" "$iters")" \
+      >>"$tmp/bidir.$tls"
+    wait || true
+    port=$((port + 1))
   done
   for coll in send_recv all_reduce; do
-    DCOMM_TRANSPORT=ucx UCX_TLS=$tls ./build/bench/dcomm-bench "$coll" -N 2 -b 16M -e 256M -f 4 -n 5 -w 1 -c 1 \
+    DCOMM_TRANSPORT=ucx UCX_TLS=$tls ./build/bench/dcomm-bench "$coll" -N 2 -b 16M -e 256M -f 4 -n 10 -w 2 -c 1 \
       >"$tmp/$coll.$tls" 2>/dev/null
   done
 done
@@ -37,13 +44,19 @@ def dcomm(path):  # size -> out-of-place busbw
         f = line.split()
         if not line.startswith("#") and len(f) >= 13: out[int(f[0])] = float(f[7])
     return out
-print("# dcomm over UCX against ucx_perftest -t tag_bw on the same UCX_TLS, 2 processes, GB/s")
-print(f"{'UCX_TLS':>9} {'size':>8} {'perftest':>9} {'send_recv':>9} {'x':>5} {'all_reduce':>10} {'x':>5}")
+def peer(path):  # size -> GB/s
+    return {int(a): float(b) for a, b in (l.split() for l in open(path) if len(l.split()) == 2)}
+print("# dcomm over UCX against UCX on the same UCX_TLS, 2 processes, GB/s per direction;")
+print("# x: dcomm over tag_bw (ucx_perftest, one way), and over bidir (ucx-bidir, both ways at once)")
+print(f"{'UCX_TLS':>9} {'size':>8} {'tag_bw':>7} {'bidir':>6} {'send_recv':>9} {'x':>5} {'x':>5}"
+      f" {'all_reduce':>10} {'x':>5} {'x':>5}")
 for tls in tlss:
-    pt = {int(a): float(b) for a, b in (l.split() for l in open(f"{tmp}/perftest.{tls}"))}
+    pt, bd = peer(f"{tmp}/perftest.{tls}"), peer(f"{tmp}/bidir.{tls}")
     sr, ar = dcomm(f"{tmp}/send_recv.{tls}"), dcomm(f"{tmp}/all_reduce.{tls}")
+    nan = float("nan")
     for z in sorted(pt):
-        p = pt[z]
-        s, a = sr.get(z, float("nan")), ar.get(z, float("nan"))
-        print(f"{tls:>9} {z >> 20:>4} MiB {p:9.2f} {s:9.2f} {s / p:5.2f} {a:10.2f} {a / p:5.2f}")
+        p, b = pt[z], bd.get(z, nan)
+        s, a = sr.get(z, nan), ar.get(z, nan)
+        print(f"{tls:>9} {z >> 20:>4} MiB {p:7.2f} {b:6.2f} {s:9.2f} {s / p:5.2f} {s / b:5.2f}"
+              f" {a:10.2f} {a / p:5.2f} {a / b:5.2f}")
 PY
