@@ -92,6 +92,9 @@ for f in tests/test_ranks tests/test_procs tests/dcomm-test-worker bench/dcomm-b
   mkdir -p "$STAGE$BUILD/$(dirname $f)" && cp "$BUILD/$f" "$STAGE$BUILD/$f"
 done
 mkdir -p "$STAGE$ROOT/tests/netns" && cp "$ROOT"/tests/netns/*.sh "$STAGE$ROOT/tests/netns/"
+# DCOMM_VM_CMD: a shell command the guest runs instead of the tests and the benchmark (for
+# experiments; BUILD is the build directory there, the binaries at their host paths).
+[ -z "${DCOMM_VM_CMD:-}" ] || printf 'BUILD=%s\n%s\n' "$BUILD" "$DCOMM_VM_CMD" >"$STAGE/vm-cmd.sh"
 cat >"$STAGE/init" <<EOF
 #!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
@@ -106,6 +109,7 @@ cd /tmp
 run() { echo "=== \$*"; "\$@"; rc=\$?; echo "=== exit \$rc: \$1"; [ \$rc = 0 ] || status=1; }
 status=0
 ibv_devices
+if [ -f /vm-cmd.sh ]; then sh /vm-cmd.sh; echo "DCOMM-VM-STATUS \$?"; echo o >/proc/sysrq-trigger; sleep 5; fi
 if [ "${DCOMM_VM_ONLY:-}" != bench ]; then  # DCOMM_VM_ONLY=bench: the measurements only
 run $BUILD/tests/test_ranks -tc='verbs*'
 run $BUILD/tests/test_procs -tc='*verbs*'
@@ -120,6 +124,8 @@ run env DCOMM_TRANSPORT=verbs $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 16
 echo "=== 8-byte send_recv: the waiting ranks poll their queue pairs; proxies polling too (2000), then sleeping (0)"
 run env DCOMM_TRANSPORT=verbs DCOMM_PROXY_SPIN_US=2000 $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 8 -n 200 -w 10
 run env DCOMM_TRANSPORT=verbs DCOMM_PROXY_SPIN_US=0 $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 8 -n 200 -w 10
+echo "=== the same call over shared memory in this guest: what the call itself costs under emulation, no NIC"
+run env DCOMM_TRANSPORT=shm $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 8 -n 200 -w 10
 echo "=== registration refused: ranks as nobody with ulimit -l 1024 (kB): the FIFOs fit, 1-4 MiB buffers do not;"
 echo "=== the rendezvous goes through the FIFOs' registered memory, exact, said once per process"
 (ulimit -l 1024; exec setpriv --reuid=65534 --regid=65534 --clear-groups env DCOMM_TRANSPORT=verbs \

@@ -93,9 +93,13 @@ class VerbsLink final : public ProxyLink {
     qa.cap.max_send_wr = static_cast<uint32_t>(depth);
     qa.cap.max_recv_wr = slots_ + kControlReceives;
     qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-    qa.cap.max_inline_data = sizeof(RendezvousWindow);
+    // Small slots go inline (copied at posting: no memory-region lookup for them); a device
+    // that takes less inline data gets the least this link needs, the rendezvous window.
+    qa.cap.max_inline_data = kSmallInline;
     qp_ = ibv_create_qp(dev_->pd(), &qa);
+    if (!qp_) qa.cap.max_inline_data = sizeof(RendezvousWindow), qp_ = ibv_create_qp(dev_->pd(), &qa);
     if (!qp_) return sys_error("ibv_create_qp");
+    max_inline_ = qa.cap.max_inline_data;
     RegistrationCache& cache = dev_->registrations();
     constexpr int kRemote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     auto send_mr = cache.keep(send.memory, send.bytes, IBV_ACCESS_LOCAL_WRITE);
@@ -149,9 +153,9 @@ class VerbsLink final : public ProxyLink {
       return sys_error("moving the queue pair to RTR");
     ibv_qp_attr r{};
     r.qp_state = IBV_QPS_RTS;
-    r.timeout = 14;   // 4.096 us x 2^14 = 67 ms per try
-    r.retry_cnt = 7;  // then the peer is declared unreachable (a completion error)
-    r.rnr_retry = 7;  // a receiver without a posted receive is waited for, not an error
+    r.timeout = dev_->ack_timeout();  // 4.096 us x 2^14 = 67 ms a try by default (DCOMM_IB_TIMEOUT)
+    r.retry_cnt = 7;                  // then the peer is declared unreachable (a completion error)
+    r.rnr_retry = 7;                  // a receiver without a posted receive is waited for, not an error
     r.sq_psn = psn_;
     r.max_rd_atomic = 1;
     if (ibv_modify_qp(qp_, &r,
@@ -169,7 +173,10 @@ class VerbsLink final : public ProxyLink {
         if (link->failed) link->let_go();
       }
     } on_failure{this};
-    bool progress = drain_events();
+    // The completion channel is read only after the proxy armed it: a rank polling the queue
+    // makes no system call per turn.
+    bool progress = armed_ && drain_events();
+    armed_ = false;
     if (int n = poll_completions(); n < 0) return false;
     else progress |= n > 0;
     FifoRef out = send.fifo, in = recv.fifo;
@@ -186,9 +193,9 @@ class VerbsLink final : public ProxyLink {
         posted = post_write(out.wire(k), FifoRef::kRendezvousRun, send_mr_->lkey, remote, remote_.rkey,
                             rendezvous_imm(kHeader, k), work(kHeaderWr, k));
       } else {
-        const uint64_t bytes = out.size(k);
-        posted = post_write(out.wire(k), FifoRef::wire_bytes(bytes), send_mr_->lkey, remote, remote_.rkey,
-                            static_cast<uint32_t>(bytes), work(kDataWr, k));
+        const uint64_t bytes = out.size(k), wire = FifoRef::wire_bytes(bytes);
+        posted = post_write(out.wire(k), wire, send_mr_->lkey, remote, remote_.rkey, static_cast<uint32_t>(bytes),
+                            work(kDataWr, k), /*plain=*/false, /*inline_data=*/wire <= max_inline_);
       }
       if (!posted) return false;
       progress = true;
@@ -208,7 +215,9 @@ class VerbsLink final : public ProxyLink {
   }
 
   bool prepare_to_sleep(std::vector<pollfd>& fds) override {
+    drain_events();  // an event that came after the last pump's read: the fd must not stay readable
     if (ibv_req_notify_cq(cq_, 0) != 0) return false;
+    armed_ = true;
     if (poll_completions() != 0) return false;  // something came in since the last pump
     fds.push_back({channel_->fd, POLLIN, 0});
     return true;
@@ -218,6 +227,7 @@ class VerbsLink final : public ProxyLink {
   // Receives for messages outside the slots: a credit, a window asked for, a window landed,
   // and one to spare.
   static constexpr uint32_t kControlReceives = 4;
+  static constexpr uint32_t kSmallInline = 256;
   enum WorkKind : uint64_t { kDataWr = 1, kHeaderWr, kCreditWr, kReadyWr, kPieceWr, kLandedWr };
   static uint64_t work(WorkKind kind, uint64_t slot) { return kind | (slot << 4); }
   static uint32_t rendezvous_imm(RdvMessage m, uint64_t slot) {
@@ -496,6 +506,8 @@ class VerbsLink final : public ProxyLink {
   alignas(64) RendezvousWindow box_;  // the peer writes the window it wants here (RDMA)
   RendezvousWindow window_;           // ... copied out when its message came
   bool ready_ = false, landed_ = false;
+  bool armed_ = false;       // the completion channel is armed (prepare_to_sleep)
+  uint32_t max_inline_ = 0;  // the most bytes a write may carry inline on this queue pair
   uint64_t ready_index_ = 0;
 };
 

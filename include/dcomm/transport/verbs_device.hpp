@@ -87,6 +87,10 @@ class VerbsDevice {
     if (mode != "auto" && mode != "off") return invalid_argument("DCOMM_IB_REG_CACHE='", mode, "' is not auto or off");
     auto entries = env_size("DCOMM_IB_REG_CACHE_ENTRIES", 64, 0, 1 << 20);
     if (!entries.ok()) return entries.status();
+    // DCOMM_IB_TIMEOUT: the queue pairs' ack timeout, 4.096 us x 2^value a try (as NCCL_IB_TIMEOUT).
+    auto timeout = env_size("DCOMM_IB_TIMEOUT", 14, 1, 31);
+    if (!timeout.ok()) return timeout.status();
+    dev->ack_timeout_ = static_cast<uint8_t>(*timeout);
     ibv_pd* pd = dev->pd_;
     dev->cache_ = std::make_unique<RegistrationCache>(
         [pd](void* addr, size_t bytes, int access, MemoryKind kind) -> void* {
@@ -112,6 +116,7 @@ class VerbsDevice {
   const ibv_port_attr& port_attr() const { return port_attr_; }
   const ibv_gid& gid() const { return gid_; }
   int gid_index() const { return gid_index_; }
+  uint8_t ack_timeout() const { return ack_timeout_; }
   RegistrationCache& registrations() { return *cache_; }
   std::string describe() const { return detail::cat(name_, " port ", port_, " GID index ", gid_index_); }
 
@@ -152,6 +157,7 @@ class VerbsDevice {
   ibv_port_attr port_attr_{};
   ibv_gid gid_{};
   int gid_index_ = 0;
+  uint8_t ack_timeout_ = 14;
   std::string name_;
   std::unique_ptr<RegistrationCache> cache_;
 };
