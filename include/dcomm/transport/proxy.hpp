@@ -1,21 +1,18 @@
 // The proxy: one progress thread per communicator rank that has peers in other processes.
 //
 // - It watches a control socket to every such peer (transport/control.hpp). A peer that goes
-//   away without saying goodbye has died: the proxy aborts the communicator with an error
-//   naming it, so every pending and later wait on this rank fails at once instead of running
-//   to its deadline. When this rank aborts, the proxy tells every peer why (an "abort"
-//   message), and peers that receive one abort too; so a failure anywhere is reported on every
-//   surviving rank. Heartbeats every kHeartbeatMs tell which peers are alive: a wait that
-//   reaches its deadline blames a peer that went silent (stopped, hung), not the live
-//   neighbour that was itself waiting for it (stale_peers()).
+//   away without saying goodbye has died: the proxy aborts the communicator naming it, so every
+//   wait on this rank fails at once. When this rank aborts, the proxy tells every peer why (an
+//   "abort" message), and they abort too: a failure anywhere is reported on every survivor.
+//   Heartbeats (kHeartbeatMs) tell which peers are alive: a wait that reaches its deadline
+//   blames a peer gone silent, not the live neighbour that waited for it (stale_peers()).
 // - It moves the slots of links to peers in other processes (ProxyLink) between local FIFOs
 //   and a wire: TCP sockets (transport/tcp_link.hpp), a UCX endpoint (transport/ucx.hpp) or
 //   an RDMA queue pair (transport/verbs.hpp). A rank thread never blocks in a wire's call,
 //   and a ring of sends cannot deadlock on full kernel buffers.
-// - While the rank is in a call it polls without sleeping (yielding the CPU between turns),
-//   until nothing has moved for `spin` (DCOMM_PROXY_SPIN_US): a small message then costs no
-//   thread wake-up, as NCCL's proxy busy-polls while operations are posted. Idle, it sleeps in
-//   poll() on its sockets and an eventfd that the rank's notify() writes.
+// - While the rank is in a call it polls without sleeping (yielding between turns) until nothing
+//   has moved for DCOMM_PROXY_SPIN_US, as NCCL's proxy does; idle, it sleeps in poll() on its
+//   sockets and an eventfd that the rank's notify() writes.
 #pragma once
 
 #include <poll.h>
@@ -26,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -50,20 +48,17 @@ class ProxyLink {
   virtual const char* kind() const = 0;
   // Moves whatever can move without blocking; true if anything moved. A broken wire calls fail().
   virtual bool pump() = 0;
-  // Before the proxy sleeps: adds what to wait on to `fds`; false when it must not sleep
-  // (events are pending).
+  // Before the proxy sleeps: adds what to wait on to `fds`; false (must not sleep): events pending.
   virtual bool prepare_to_sleep(std::vector<pollfd>& /*fds*/) { return true; }
   // The longest the proxy may sleep with this link (a wire with no wake-up event); -1: no bound.
   virtual int max_sleep_ms() const { return -1; }
   // The proxy is stopping: flush and close the wire (bounded).
   virtual void shutdown() {}
-  // Whether the wire reads slots sent by reference from the rank's memory (verbs does not:
-  // only registered memory can go out, and user buffers are not registered).
+  // Whether the wire reads slots sent by reference from the rank's memory (verbs: registered only).
   virtual bool takes_references() const { return true; }
   // Whether the wire lands rendezvous payloads where the rank posts them (`landing`).
   virtual bool lands() const { return false; }
-  // Whether a waiting rank may move the wire itself (verbs: the queue pair and its completion
-  // queue are the link's own), so a message pays no hop through the proxy thread.
+  // Whether a waiting rank may move the wire itself (verbs: its queue pair is the link's own).
   virtual bool rank_pumps() const { return false; }
 
   // pump(), by whichever thread gets the link first (the proxy, or a waiting rank where
@@ -95,6 +90,7 @@ class ProxyLink {
       return false;
     }
     DCOMM_LOG(kWarn, kSubsysTransport, rank, why);
+    if (read_controls) read_controls();  // a peer's abort that explains the broken wire comes first
     if (abort) abort->abort(make_error(ErrorCode::kPeerFailure, why));
     return false;
   }
@@ -110,8 +106,7 @@ class ProxyLink {
     return nullptr;
   }
 
-  // A call failed on the aborted communicator: the link stops moving for good, so no wire reads
-  // the caller's memory (a slot sent by reference) after the call returns; bounded wait.
+  // A call failed: the link stops for good, so no wire reads the caller's memory after (bounded).
   void quiesce() {
     quiesced.store(true);
     for (Deadline d(std::chrono::milliseconds(2000)); pumping_.load() && !d.expired();) std::this_thread::yield();
@@ -128,6 +123,7 @@ class ProxyLink {
   int rank = -1;
   const PeerInfo* info = nullptr;
   std::shared_ptr<AbortState> abort;
+  std::function<void()> read_controls;  // in the proxy thread: reads the peers' control sockets
 
  private:
   std::atomic<bool> pumping_{false};  // a thread is in pump() or prepare_to_sleep()
@@ -162,6 +158,10 @@ class Proxy {
     raw->rank = rank_;
     raw->info = &peers_[static_cast<size_t>(raw->peer)];
     raw->abort = abort_;
+    // A survivor leaving after its call failed breaks its wires; its abort (who died) came first.
+    raw->read_controls = [this] {
+      if (std::this_thread::get_id() == thread_.get_id()) poll_controls();
+    };
     if (raw->max_sleep_ms() >= 0) max_sleep_ms_ = std::min(max_sleep_ms_, raw->max_sleep_ms());
     links_.push_back(std::move(link));
     return raw;
