@@ -120,6 +120,17 @@ TEST_CASE(
       if (size == 3) env.push_back("DCOMM_RENDEZVOUS_BYTES=64");
       check_all_exit(run_local({"matrix"}, size, with(with(kSmall, wire), env)), 0);
     }
+    // A schedule's swaps that copy land in the buffer (P2POp::lands): Rabenseifner's
+    // all-gather half (3 ranks: with the fold of the rank past a power of two), and the
+    // hierarchical all_reduce's leaders between two pretended hosts (UCX over TCP lands as
+    // UCX over shared memory does: not run again, for time).
+    const std::vector<std::string> lands = {"DCOMM_ZERO_COPY_BYTES=64", "DCOMM_RENDEZVOUS_BYTES=64"};
+    for (std::string algo : {"rabenseifner", "all_reduce:hierarchical"}) {
+      if (wire.back() == "UCX_TLS=tcp,self") break;
+      const int size = algo == "rabenseifner" ? 3 : 4;
+      auto env = with(with(kSmall, wire), with(lands, {"DCOMM_ALGO=" + algo, "DCOMM_TEST_RANKS_PER_HOST=2"}));
+      check_all_exit(run_local({"matrix"}, size, env), 0);
+    }
     check_all_exit(run_local({"realloc"}, 2, with(wire, {"DCOMM_TIMEOUT_MS=30000"})), 0);
   }
 }
@@ -167,6 +178,11 @@ TEST_CASE("matrix, processes over verbs, world sizes 2, 3") {
     if (size == 3) env.push_back("DCOMM_RENDEZVOUS_BYTES=64");
     check_all_exit(run_local({"matrix"}, size, env), 0);
   }
+  // Rabenseifner's swaps that copy, as rendezvous too (P2POp::lands).
+  check_all_exit(
+      run_local({"matrix"}, 2,
+                with(kSmall, {"DCOMM_TRANSPORT=verbs", "DCOMM_RENDEZVOUS_BYTES=64", "DCOMM_ALGO=rabenseifner"})),
+      0);
   // Asked to send by reference from 64 bytes, the verbs link copies into its registered FIFO
   // (it takes no references); buffers freed and allocated again between calls (the rendezvous
   // must never be served a registration of the old pages).

@@ -48,11 +48,12 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   // write that memory at once.
   std::vector<bool> by_reference(ops.size(), true);
   bool any_by_reference = false;
-  // A user's message from DCOMM_RENDEZVOUS_BYTES over a link that lands payloads goes as one
-  // rendezvous into the receiver's buffer (PeerPort::lands: both ends decide alike).
+  // A user's message (or a step's that P2POp::lands) from DCOMM_RENDEZVOUS_BYTES over a link
+  // that lands payloads goes as one rendezvous into the receiver's buffer (PeerPort::lands:
+  // both ends decide alike).
   std::vector<bool> rendezvous(ops.size(), false);
   for (size_t i = 0; i < ops.size(); ++i)
-    rendezvous[i] = message_stamps && ops[i].peer != rank && !ops[i].fold &&
+    rendezvous[i] = (message_stamps || ops[i].lands) && ops[i].peer != rank && !ops[i].fold &&
                     ports[static_cast<size_t>(ops[i].peer)]->lands(ops[i].bytes());
   // A failed call leaves no receive landing in the caller's buffers.
   struct Withdraw {
@@ -132,11 +133,11 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
         if (rendezvous[i]) {
           n = total;
           if (op.kind == P2POp::Kind::kSend) {
-            if (!port->try_post_rendezvous(base, n, &stamps[i])) break;
+            if (!port->try_post_rendezvous(base, n, stamps ? &stamps[i] : nullptr)) break;
             any_by_reference = true;
           } else {
             Status bad;
-            if (!port->try_receive_landed(base, n, &bad, &stamps[i])) break;
+            if (!port->try_receive_landed(base, n, &bad, stamps ? &stamps[i] : nullptr)) break;
             if (!bad.ok()) return bad;
           }
         } else if (op.kind == P2POp::Kind::kSend && by_reference[i] && port->sends_by_reference(n)) {

@@ -38,6 +38,9 @@ struct P2POp {
   // buffer, slot by slot, instead of replacing it; op(peer's, mine) when peer_first.
   const Reducer* fold = nullptr;
   bool peer_first = false;
+  // A step's message that may go as one rendezvous into the receiver's buffer (a wire that
+  // lands it: zero copy); the schedule sets it alike at both ends (a swap that copies).
+  bool lands = false;
 };
 
 namespace detail {
