@@ -42,7 +42,7 @@ def dcomm(path):  # size -> out-of-place busbw
     out = {}
     for line in open(path):
         f = line.split()
-        if not line.startswith("#") and len(f) >= 13: out[int(f[0])] = float(f[7])
+        if len(f) >= 13 and f[0].isdigit(): out[int(f[0])] = float(f[7])  # not UCX's own lines
     return out
 def peer(path):  # size -> GB/s
     return {int(a): float(b) for a, b in (l.split() for l in open(path) if len(l.split()) == 2)}
