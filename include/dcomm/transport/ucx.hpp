@@ -345,6 +345,7 @@ class UcxLink final : public ProxyLink {
   // sends still in flight complete: their callbacks write into this link's Ops. What UCX did
   // not complete by then (a peer that died on shared memory) leaves the worker abandoned, with
   // those Ops.
+  static bool in_flight(const Op& op) { return op.request && !op.done; }  // posted, not completed
   void close_endpoint(std::chrono::milliseconds wait) {
     if (quiesced.load()) {
       // A call failed: the worker never progresses again (a send may still refer to the
@@ -354,12 +355,10 @@ class UcxLink final : public ProxyLink {
       return;
     }
     for (Op& op : recvs_)
-      if (op.request && !op.done) ucp_request_cancel(worker_->worker(), op.request);
+      if (in_flight(op)) ucp_request_cancel(worker_->worker(), op.request);
     if (payload_slot_ && payload_->request && !payload_->done) ucp_request_cancel(worker_->worker(), payload_->request);
-    progress_while([&] {
-      return std::any_of(recvs_.begin(), recvs_.end(), [](const Op& op) { return op.request && !op.done; }) ||
-             (payload_slot_ && !payload_->done);
-    });
+    progress_while(
+        [&] { return std::any_of(recvs_.begin(), recvs_.end(), in_flight) || (payload_slot_ && !payload_->done); });
     bool left = false;  // requests UCX has not completed
     if (ep_) {
       ucp_request_param_t prm{};
@@ -382,8 +381,7 @@ class UcxLink final : public ProxyLink {
       return false;
     };
     progress_while(sending);
-    left |= sending() || (payload_slot_ && !payload_->done) ||
-            std::any_of(recvs_.begin(), recvs_.end(), [](const Op& op) { return op.request && !op.done; });
+    left |= sending() || (payload_slot_ && !payload_->done) || std::any_of(recvs_.begin(), recvs_.end(), in_flight);
     if (payload_slot_ && payload_->done) landing.release(), payload_slot_ = 0;
     if (left) abandon();
   }
