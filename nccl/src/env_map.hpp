@@ -75,13 +75,21 @@ inline std::string algo(const std::string& v) {
   return out;
 }
 
+// One mapping a line.
+// clang-format off
 inline const EnvMapping kEnvMappings[] = {
-    {"NCCL_DEBUG", "DCOMM_DEBUG", debug_level},    {"NCCL_DEBUG_SUBSYS", "DCOMM_DEBUG_SUBSYS", same},
-    {"NCCL_DEBUG_FILE", "DCOMM_DEBUG_FILE", same}, {"NCCL_SOCKET_IFNAME", "DCOMM_SOCKET_IFNAME", first_name},
-    {"NCCL_IB_HCA", "DCOMM_IB_HCA", first_name},   {"NCCL_IB_GID_INDEX", "DCOMM_IB_GID_INDEX", same},
-    {"NCCL_IB_TIMEOUT", "DCOMM_IB_TIMEOUT", same}, {"NCCL_ALGO", "DCOMM_ALGO", algo},
-    {"NCCL_COMM_ID", "DCOMM_COMM_ID", same},       {"NCCL_P2P_DISABLE", "DCOMM_CUDA_P2P_DISABLE", same},
+    {"NCCL_DEBUG", "DCOMM_DEBUG", debug_level},
+    {"NCCL_DEBUG_SUBSYS", "DCOMM_DEBUG_SUBSYS", same},
+    {"NCCL_DEBUG_FILE", "DCOMM_DEBUG_FILE", same},
+    {"NCCL_SOCKET_IFNAME", "DCOMM_SOCKET_IFNAME", first_name},
+    {"NCCL_IB_HCA", "DCOMM_IB_HCA", first_name},
+    {"NCCL_IB_GID_INDEX", "DCOMM_IB_GID_INDEX", same},
+    {"NCCL_IB_TIMEOUT", "DCOMM_IB_TIMEOUT", same},
+    {"NCCL_ALGO", "DCOMM_ALGO", algo},
+    {"NCCL_COMM_ID", "DCOMM_COMM_ID", same},
+    {"NCCL_P2P_DISABLE", "DCOMM_CUDA_P2P_DISABLE", same},
 };
+// clang-format on
 
 // Applies the mappings to this process's environment; returns what to log (the logger reads
 // DCOMM_DEBUG once, so the lines are written after the mapping).
