@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <fstream>
 #include <random>
+#include <utility>
 #include <sstream>
 
 #include <dcomm/bootstrap/local_launch.hpp>
@@ -122,12 +123,17 @@ TEST_CASE(
     }
     // A schedule's swaps that copy land in the buffer (P2POp::lands): Rabenseifner's
     // all-gather half (3 ranks: with the fold of the rank past a power of two), and the
-    // hierarchical all_reduce's leaders between two pretended hosts (UCX over TCP lands as
-    // UCX over shared memory does: not run again, for time).
+    // hierarchical all_reduce's leaders between two pretended hosts. The ring's pieces land
+    // (prims/landing_prims.hpp; reduce_scatter and all_gather take the ring in the run above):
+    // its all_reduce with 2 ranks, and with 3, whose middle steps fold into alternating working
+    // buffers. (UCX over TCP lands as UCX over shared memory does: not run again, for time.)
     const std::vector<std::string> lands = {"DCOMM_ZERO_COPY_BYTES=64", "DCOMM_RENDEZVOUS_BYTES=64"};
-    for (std::string algo : {"rabenseifner", "all_reduce:hierarchical"}) {
+    const std::pair<std::string, int> runs[] = {
+        {"rabenseifner", 3}, {"all_reduce:hierarchical", 4}, {"all_reduce:ring", 2}, {"all_reduce:ring", 3}};
+    for (const auto& [algo, size] : runs) {
       if (wire.back() == "UCX_TLS=tcp,self") break;
-      const int size = algo == "rabenseifner" ? 3 : 4;
+      CAPTURE(algo);
+      CAPTURE(size);
       auto env = with(with(kSmall, wire), with(lands, {"DCOMM_ALGO=" + algo, "DCOMM_TEST_RANKS_PER_HOST=2"}));
       check_all_exit(run_local({"matrix"}, size, env), 0);
     }

@@ -21,6 +21,7 @@
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
+#include "dcomm/prims/landing_prims.hpp"
 #include "dcomm/prims/primitives.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
 
@@ -100,20 +101,27 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
   // The ring and the chains.
   PeerPort* next = size > 1 ? links.port(f.at_position(f.pos + 1)) : nullptr;
   PeerPort* prev = size > 1 ? links.port(f.at_position(f.pos - 1)) : nullptr;
-  Primitives prims(prev, next, reducer, stream_output(shape, c.config), /*by_reference=*/true);
   RingBuffers b{static_cast<const char*>(d.send), static_cast<char*>(d.recv), d.count, f.order.data()};
   const int root = f.pos_of[static_cast<size_t>(d.root)];
-  Status s = [&]() -> Status {
-    switch (d.kind) {
-      case OpKind::kAllReduce: return ring_all_reduce(prims, f.pos, size, b);
-      case OpKind::kReduceScatter: return ring_reduce_scatter(prims, f.pos, size, b);
-      case OpKind::kAllGather: return ring_all_gather(prims, f.pos, size, b);
-      case OpKind::kBroadcast: return chain_broadcast(prims, f.pos, size, root, b);
-      case OpKind::kReduce: return chain_reduce(prims, f.pos, size, root, b);
-      default: return make_error(ErrorCode::kInternal, "unhandled operation");
-    }
-  }();
-  return s.ok() ? prims.wait_sent() : s;  // the wire has read what went by reference
+  auto run = [&](auto& prims) -> Status {
+    Status s = [&]() -> Status {
+      switch (d.kind) {
+        case OpKind::kAllReduce: return ring_all_reduce(prims, f.pos, size, b);
+        case OpKind::kReduceScatter: return ring_reduce_scatter(prims, f.pos, size, b);
+        case OpKind::kAllGather: return ring_all_gather(prims, f.pos, size, b);
+        case OpKind::kBroadcast: return chain_broadcast(prims, f.pos, size, root, b);
+        case OpKind::kReduce: return chain_reduce(prims, f.pos, size, root, b);
+        default: return make_error(ErrorCode::kInternal, "unhandled operation");
+      }
+    }();
+    return s.ok() ? prims.wait_sent() : s;  // the wire has read what went by reference
+  };
+  if (f.lands && ring_lands(shape, c.config)) {
+    LandingPrimitives prims(prev, next, reducer, scratch, c.config.slot_bytes * static_cast<size_t>(c.config.slots));
+    return run(prims);
+  }
+  Primitives prims(prev, next, reducer, stream_output(shape, c.config), /*by_reference=*/true);
+  return run(prims);
 }
 
 // The choice for a collective of `shape` (comm/algorithm_choice.hpp, with what the ranks agreed).

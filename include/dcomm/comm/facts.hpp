@@ -1,7 +1,8 @@
 // What the ranks of a communicator agreed at set-up, the same on every rank: which host each
 // rank is on, the ring order (and each rank's position in it), whether single copy works
-// between every pair, and the cost model's link parameters. Set once by agree_facts during
-// init; the dispatch, the tuning and the device communicator read them.
+// between every pair, whether every link lands rendezvous, and the cost model's link
+// parameters. Set once by agree_facts during init; the dispatch, the tuning and the device
+// communicator read them.
 #pragma once
 
 #include <sched.h>
@@ -32,6 +33,7 @@ struct SetupFacts {
   int pos = 0;                     // this rank's position
   LinkModel link;                  // the cost model's link parameters (tuned later by tuning.hpp)
   bool single_copy = false;        // every rank can read every other's memory
+  bool lands = false;              // every link lands rendezvous payloads (all proxied; the ring lands)
 
   int size() const { return static_cast<int>(order.size()); }
   int at_position(int p) const { return order[static_cast<size_t>(detail::mod(p, size()))]; }
@@ -72,7 +74,8 @@ struct FactsContext {
 };
 
 // Collected through the store: whether single copy works (every rank on this host, over shared
-// memory or threads, and able to read every other; each rank probes its peers), the NUMA node
+// memory or threads, and able to read every other; each rank probes its peers), whether every
+// link lands rendezvous payloads (the ring then moves pieces by rendezvous), the NUMA node
 // of each rank (the ring order groups by it) and the most ranks per core on any host (the cost
 // model's link parameters depend on it). Hosts must be numbered first (number_hosts).
 inline Status agree_facts(SetupFacts& f, const FactsContext& c) {
@@ -88,22 +91,26 @@ inline Status agree_facts(SetupFacts& f, const FactsContext& c) {
     const bool same_process = peer.process_id == c.peers[static_cast<size_t>(c.rank)].process_id;
     ok = !proxied(c.kinds[static_cast<size_t>(p)]) && can_read_process(peer.pid, same_process, peer.probe_addr);
   }
+  bool lands = c.config.rendezvous_bytes != 0;
+  for (int p = 0; p < size; ++p) lands = lands && (p == c.rank || proxied(c.kinds[static_cast<size_t>(p)]));
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   const int load_milli = c.local_size * 1000 / std::max(cores, 1);
-  DCOMM_RETURN_IF_ERROR(c.store.set(detail::cat(c.prefix, "/facts/", c.rank),
-                                    detail::cat(ok ? 1 : 0, " ", load_milli, " ", numa_node_of_this_thread())));
-  f.single_copy = true;
+  DCOMM_RETURN_IF_ERROR(
+      c.store.set(detail::cat(c.prefix, "/facts/", c.rank),
+                  detail::cat(ok ? 1 : 0, " ", load_milli, " ", numa_node_of_this_thread(), " ", lands ? 1 : 0)));
+  f.single_copy = f.lands = true;
   int max_load_milli = 0;
   std::vector<RankPlace> places(static_cast<size_t>(size));
   for (int p = 0; p < size; ++p) {
     auto v = c.store.get(detail::cat(c.prefix, "/facts/", p));
     if (!v.ok()) return v.status();
-    int verdict = 0, load = 0, numa = -1;
-    if (std::sscanf(v->c_str(), "%d %d %d", &verdict, &load, &numa) != 3)
+    int verdict = 0, load = 0, numa = -1, landing = 0;
+    if (std::sscanf(v->c_str(), "%d %d %d %d", &verdict, &load, &numa, &landing) != 4)
       return make_error(ErrorCode::kInternal, "rank ", p, " published unreadable host facts '", *v, "'");
     f.single_copy = f.single_copy && verdict == 1;
+    f.lands = f.lands && landing == 1;
     max_load_milli = std::max(max_load_milli, load);
     places[static_cast<size_t>(p)].host = f.host_of[static_cast<size_t>(p)];
     places[static_cast<size_t>(p)].numa = numa;

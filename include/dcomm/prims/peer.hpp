@@ -84,9 +84,10 @@ class PeerPort {
   }
   // Sends `bytes` (at most a slot) from `data` without copying them: the wire reads them
   // there. `data` must not change until wait_sent() returns.
-  Status post_by_reference(const void* data, size_t bytes, const CallStamp* stamp = nullptr) {
+  // `rendezvous`: as try_post_rendezvous, waiting for a free slot.
+  Status post_by_reference(const void* data, size_t bytes, const CallStamp* stamp = nullptr, bool rendezvous = false) {
     DCOMM_RETURN_IF_ERROR(wait([this] { return writable(); }, /*sending=*/true));
-    commit_by_reference(data, bytes, stamp);
+    commit_by_reference(data, bytes, stamp, rendezvous);
     return {};
   }
   bool try_post_by_reference(const void* data, size_t bytes, const CallStamp* stamp) {
@@ -131,6 +132,14 @@ class PeerPort {
     release_recv();
     return true;
   }
+  // try_receive_landed until it has landed, within the deadline; a failure withdraws the posting.
+  Status receive_landed(void* dst, size_t bytes) {
+    Status bad;
+    Status s = wait([&] { return try_receive_landed(dst, bytes, &bad, nullptr); }, /*sending=*/false);
+    if (s.ok()) s = bad;
+    if (!s.ok()) withdraw_landing();
+    return s;
+  }
   // A call that ends before its rendezvous landed (a failure): the wire stops writing into the
   // user's buffer before the call returns (it waits up to two seconds for the wire to let go).
   void withdraw_landing() {
@@ -146,12 +155,15 @@ class PeerPort {
       DCOMM_LOG(kWarn, kSubsysTransport, self_rank_, "a receive from ", info_->describe(),
                 " was withdrawn while its wire still writes into the caller's buffer");
   }
-  // Returns once the wire has read every slot sent by reference: before a call returns, so
-  // the caller may change or free its buffers.
-  Status wait_sent() {
-    if (head_cache_ >= refs_end_) return {};
-    return wait([this] { return (head_cache_ = out_.head()) >= refs_end_; }, /*sending=*/true);
+  // Returns once the wire has read every slot sent by reference (or those before `mark`, a
+  // sent_mark() taken earlier): before a call returns, so the caller may change or free its
+  // buffers, or before it rewrites one it sent from.
+  Status wait_sent(uint64_t mark = UINT64_MAX) {
+    const uint64_t end = std::min(mark, refs_end_);
+    if (head_cache_ >= end) return {};
+    return wait([this, end] { return (head_cache_ = out_.head()) >= end; }, /*sending=*/true);
   }
+  uint64_t sent_mark() const { return refs_end_; }
   // Sends one message of at most a slot (copied in whole).
   Status post(const void* data, size_t bytes) {
     auto slot = acquire_send(bytes);

@@ -14,7 +14,25 @@
 
 DCOMM_NAMESPACE_BEGIN
 
-class Primitives {
+// What the host's primitives share (this class and prims/landing_prims.hpp's): the reducer,
+// the element size, the ring's chunk alignment and the one-rank copy.
+class HostPrimitivesBase {
+ public:
+  explicit HostPrimitivesBase(const Reducer& reducer) : r_(reducer) {}
+  size_t elem_bytes() const { return r_.elem_bytes; }
+  // Ring chunks are a multiple of this many elements (the device primitives want 16 bytes).
+  size_t chunk_align() const { return 1; }
+  // dst <- src on this rank (the one-rank case of every collective; nothing when in place)
+  Status local_copy(void* dst, const void* src, size_t count) {
+    detail::copy_if_distinct(dst, src, count * r_.elem_bytes);
+    return {};
+  }
+
+ protected:
+  Reducer r_;
+};
+
+class Primitives : public HostPrimitivesBase {
  public:
   // prev: where data comes from; next: where it goes. Either may be null when unused.
   // stream_output: the call is large; write the user's output with streaming stores.
@@ -24,7 +42,7 @@ class Primitives {
   // unchanged; the caller waits for the wire (wait_sent()) before the call returns.
   Primitives(PeerPort* prev, PeerPort* next, const Reducer& reducer, bool stream_output = false,
              bool by_reference = false)
-      : prev_(prev), next_(next), r_(reducer), stream_(stream_output), by_reference_(by_reference) {}
+      : HostPrimitivesBase(reducer), prev_(prev), next_(next), stream_(stream_output), by_reference_(by_reference) {}
   ~Primitives() {
     if (stream_) stream_fence();
   }
@@ -33,15 +51,6 @@ class Primitives {
   size_t slice_elems() const {
     size_t slot = (next_ ? next_ : prev_)->slot_bytes();
     return slot / r_.elem_bytes;
-  }
-  size_t elem_bytes() const { return r_.elem_bytes; }
-  // Ring chunks are a multiple of this many elements (the device primitives want 16 bytes).
-  size_t chunk_align() const { return 1; }
-
-  // dst <- src on this rank (the one-rank case of every collective; nothing when in place)
-  Status local_copy(void* dst, const void* src, size_t count) {
-    detail::copy_if_distinct(dst, src, count * r_.elem_bytes);
-    return {};
   }
 
   // next <- src
@@ -137,7 +146,6 @@ class Primitives {
 
   PeerPort* prev_;
   PeerPort* next_;
-  Reducer r_;
   bool stream_;
   bool by_reference_;
   bool sent_by_reference_ = false;
