@@ -27,8 +27,7 @@ class LandingPrimitives : public HostPrimitivesBase {
  public:
   // prev, next: the ring's links (both land); `work`: working memory kept by the caller from
   // call to call (two pieces of it are used); piece_bytes: the largest slice, alike on every rank.
-  LandingPrimitives(PeerPort* prev, PeerPort* next, const Reducer& reducer, std::vector<char>& work,
-                    size_t piece_bytes)
+  LandingPrimitives(PeerPort* prev, PeerPort* next, const Reducer& reducer, std::vector<char>& work, size_t piece_bytes)
       : HostPrimitivesBase(reducer), prev_(prev), next_(next), slice_(piece_bytes / reducer.elem_bytes) {
     const size_t bytes = slice_ * r_.elem_bytes;
     if (work.size() < 2 * bytes) work.resize(2 * bytes);
