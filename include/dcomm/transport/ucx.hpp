@@ -245,6 +245,10 @@ class UcxLink final : public ProxyLink {
   int max_sleep_ms() const override { return kSleepMs; }
 
   void shutdown() override { close_endpoint(std::chrono::milliseconds(1000)); }
+  bool closes_before_bye() const override { return true; }
+  void linger() override {
+    if (!quiesced.load()) worker_->progress();
+  }
 
  private:
   struct Op {
