@@ -88,7 +88,7 @@ class VerbsDevice {
     auto entries = env_size("DCOMM_IB_REG_CACHE_ENTRIES", 64, 0, 1 << 20);
     if (!entries.ok()) return entries.status();
     // DCOMM_IB_TIMEOUT: the queue pairs' ack timeout, 4.096 us x 2^value a try (as NCCL_IB_TIMEOUT).
-    auto timeout = env_size("DCOMM_IB_TIMEOUT", 14, 1, 31);
+    auto timeout = env_size("DCOMM_IB_TIMEOUT", dev->ack_timeout_, 1, 31);
     if (!timeout.ok()) return timeout.status();
     dev->ack_timeout_ = static_cast<uint8_t>(*timeout);
     ibv_pd* pd = dev->pd_;
@@ -157,7 +157,7 @@ class VerbsDevice {
   ibv_port_attr port_attr_{};
   ibv_gid gid_{};
   int gid_index_ = 0;
-  uint8_t ack_timeout_ = 14;
+  uint8_t ack_timeout_ = 14;  // DCOMM_IB_TIMEOUT's default: 67 ms a try
   std::string name_;
   std::unique_ptr<RegistrationCache> cache_;
 };
