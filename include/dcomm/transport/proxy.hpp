@@ -253,8 +253,11 @@ class Proxy {
     // before this rank's goodbye, and this rank answers theirs until each peer has said goodbye.
     const bool healthy = !abort_->aborted();
     bool lingering = false;
-    for (auto& l : links_)
-      if (l->closes_before_bye()) l->shutdown(), lingering = true;
+    for (auto& l : links_) {
+      if (!l->closes_before_bye()) continue;
+      l->shutdown();
+      lingering = true;
+    }
     if (healthy) send_control_all(ControlType::kBye);
     if (healthy && lingering) await_byes();
     for (auto& l : links_)

@@ -408,7 +408,8 @@ class VerbsLink final : public ProxyLink {
       w.rkey = static_cast<ibv_mr*>(r.region->handle)->rkey;
     } else {
       const char* b = bounce(recv.fifo, slot);
-      w.addr = reinterpret_cast<uint64_t>(b), w.len = std::min(bounce_bytes(), r.bytes - r.offset),
+      w.addr = reinterpret_cast<uint64_t>(b);
+      w.len = std::min(bounce_bytes(), r.bytes - r.offset);
       w.rkey = recv_mr_->rkey;
     }
     r.window = w.len;
