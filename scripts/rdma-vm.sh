@@ -124,6 +124,11 @@ run env DCOMM_TRANSPORT=verbs $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 16
 echo "=== 8-byte send_recv: the waiting ranks poll their queue pairs; proxies polling too (2000), then sleeping (0)"
 run env DCOMM_TRANSPORT=verbs DCOMM_PROXY_SPIN_US=2000 $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 8 -n 200 -w 10
 run env DCOMM_TRANSPORT=verbs DCOMM_PROXY_SPIN_US=0 $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 8 -n 200 -w 10
+echo "=== two ib_write_lat pairs at once (4 polling processes on the guest's 2 emulated CPUs): Soft-RoCE's"
+echo "=== kernel work waits for a CPU; dcomm's exchange has 2 polling ranks and 2 messages in flight at once"
+(ib_write_lat -d rxe0 -x 1 -n 200 >/tmp/lat.srv 2>&1 &); (ib_write_lat -d rxe0 -x 1 -p 18600 -n 200 >/tmp/lat2.srv 2>&1 &); sleep 1
+(ib_write_lat -d rxe0 -x 1 -p 18600 -n 200 10.0.2.15 >/tmp/lat2.cli 2>&1 &); ib_write_lat -d rxe0 -x 1 -n 200 10.0.2.15 | tail -2
+sleep 2; tail -2 /tmp/lat2.cli
 echo "=== the same call over shared memory in this guest: what the call itself costs under emulation, no NIC"
 run env DCOMM_TRANSPORT=shm $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 8 -n 200 -w 10
 echo "=== registration refused: ranks as nobody with ulimit -l 1024 (kB): the FIFOs fit, 1-4 MiB buffers do not;"

@@ -7,9 +7,9 @@
 // pre-posted receive per slot, completions in order on an RC queue pair) publishes the slot.
 //
 // Flow control: the sender writes slot k only when the peer has consumed slot k - slots. The
-// receiving proxy tells it how far its consumer got with a credit message (a WRITE WITH
-// IMMEDIATE without data, the low 30 bits of the consumed count in the immediate); one credit
-// message is in flight at a time, so the receive queue (slots + 4 entries, with the
+// receiving end tells it how far its consumer got with a credit message (a WRITE WITH
+// IMMEDIATE without data, the low 30 bits of the consumed count in the immediate), once half a
+// FIFO is consumed or the sender has used half its room; one credit message is in flight at a time, so the receive queue (slots + 4 entries, with the
 // rendezvous messages) never runs dry, and no slot is overwritten before its consumer released it.
 //
 // A rendezvous (transport/fifo.hpp, from DCOMM_RENDEZVOUS_BYTES) goes as its header into the
@@ -204,9 +204,13 @@ class VerbsLink final : public ProxyLink {
     uint64_t head = out.head(std::memory_order_relaxed);
     while (head < next_send_ && sent_[head % slots_]) sent_[head % slots_] = false, ++head;
     if (head > out.head(std::memory_order_relaxed)) out.publish_head(head), progress = true;
-    // Credit: tell the peer how far this rank's consumer got, one message at a time.
-    const uint64_t consumed = in.head();
-    if (!credit_in_flight_ && consumed > credit_sent_) {
+    // Credit: tell the peer how far this rank's consumer got, one message at a time, once half
+    // a FIFO is consumed or the peer has used more than half of the room it knows of. A small
+    // message back and forth then costs one write each way, not two; a sender never sees less
+    // than half the FIFO free while its slots are consumed.
+    const uint64_t consumed = in.head(), half = slots_ / 2;
+    if (!credit_in_flight_ && consumed > credit_sent_ &&
+        (consumed - credit_sent_ >= half || arrived_ - credit_sent_ > half)) {
       if (!post_write(nullptr, 0, 0, 0, 0, kCreditImm | static_cast<uint32_t>(consumed & kLow30), work(kCreditWr, 0)))
         return false;
       credit_in_flight_ = true, credit_sent_ = consumed, progress = true;
