@@ -3,6 +3,8 @@
 //   dcomm-bench [collective] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o op]
 //               [-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1]
 //               [-g gpus] [-t threads]
+//   dcomm-bench ddp_step|fsdp_step [-B sizes] [-N ranks] [-d type] [-o op] [-n iters] [-w warmup]
+//               [-c 0|1] [-J file.json] [-R 0|1] [-t threads]
 //
 // -J writes the results as JSON (as nccl-tests' -J); -M 1 reports the staging memory each
 // rank holds (the largest over ranks); -R 1 takes the buffers from dcomm::mem_alloc (peers
@@ -24,6 +26,13 @@
 // algbw = size / time; busbw = algbw x the collective's factor: all_reduce 2(n-1)/n,
 // reduce_scatter, all_gather and all_to_all (n-1)/n, broadcast, reduce and send_recv 1.
 // Buffers are allocated and touched once, before timing, and reused for every size.
+//
+// ddp_step and fsdp_step replay one training step's calls as DDP and FSDP make them
+// (bench/peers/step_shapes.hpp: DDP's buckets all-reduced in place, started asynchronously and
+// waited together; FSDP's units reduce-scattered then all-gathered, out of place); -B lists the
+// sizes. One row: the step's bytes, its time, algbw = bytes / time, busbw with all_reduce's
+// factor (a reduce_scatter and an all_gather of a unit move what one all_reduce of it does).
+// mpi-bench replays the same steps through MPI (bench/peers/compare.py -c ddp_step).
 #include <unistd.h>
 
 #include <chrono>
@@ -41,6 +50,7 @@
 #include <dcomm/dcomm.cuh>
 #endif
 
+#include "peers/step_shapes.hpp"
 #include "support/values.hpp"
 
 using namespace dcomm;
@@ -48,7 +58,17 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-enum class Coll { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kSendRecv, kAllToAll };
+enum class Coll {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kSendRecv,
+  kAllToAll,
+  kDdpStep,
+  kFsdpStep
+};
 
 struct Options {
   std::string coll = "all_reduce";
@@ -66,14 +86,16 @@ struct Options {
   bool registered = false;  // -R: buffers from dcomm::mem_alloc
   int gpus = 0;             // -g: on CUDA devices, ranks spread over this many
   int threads = 0;          // -t: ranks as threads of one process
+  std::string steps;        // -B: ddp_step's buckets, fsdp_step's units
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(
       stderr,
       "dcomm-bench: %s\nusage: dcomm-bench [all_reduce|reduce_scatter|all_gather|broadcast|reduce|"
-      "send_recv|all_to_all] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] [-o sum|prod|min|max|avg] "
-      "[-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1] [-g gpus] [-t threads]\n",
+      "send_recv|all_to_all|ddp_step|fsdp_step] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] "
+      "[-o sum|prod|min|max|avg] [-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1] "
+      "[-g gpus] [-t threads] [-B sizes]\n",
       msg);
   std::exit(2);
 }
@@ -104,6 +126,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "-R") o.registered = v != "0";
     else if (flag == "-g") o.gpus = std::atoi(v.c_str());
     else if (flag == "-t") o.threads = std::atoi(v.c_str());
+    else if (flag == "-B") o.steps = v;
     else if (flag == "-o") {
       auto op = parse_reduce_op(v);
       if (!op) usage(("unknown op " + v).c_str());
@@ -116,8 +139,8 @@ Options parse(int argc, char** argv) {
       usage(("unknown flag " + flag).c_str());
     }
   }
-  static const char* kColls[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                 "reduce",     "send_recv",      "all_to_all"};
+  static const char* kColls[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce",
+                                 "send_recv",  "all_to_all",     "ddp_step",   "fsdp_step"};
   auto known = std::find(std::begin(kColls), std::end(kColls), o.coll);
   if (known == std::end(kColls)) usage(("unknown collective " + o.coll).c_str());
   o.kind = static_cast<Coll>(known - std::begin(kColls));
@@ -127,6 +150,11 @@ Options parse(int argc, char** argv) {
 #if !DCOMM_HAS_CUDA
   if (o.gpus > 0) usage("-g: this dcomm-bench was built without CUDA (configure with the CUDA toolkit)");
 #endif
+  if (o.kind == Coll::kDdpStep || o.kind == Coll::kFsdpStep) {
+    if (o.gpus > 0) usage("-g: ddp_step and fsdp_step run on host memory");
+    if (step_shapes::parse_list(o.steps.empty() ? step_shapes::kDdpDefault : o.steps).empty())
+      usage("-B: a list of sizes, e.g. 1M,25M,25M or 8x32M");
+  }
   return o;
 }
 
@@ -368,7 +396,159 @@ struct Bench {
   }
 };
 
+// -J: the run's settings and its rows (rank 0); false when the file cannot be written.
+bool write_json(const Options& o, Communicator& c, const char* transport, uint64_t staging, const std::string& device,
+                const std::string& rows) {
+  if (o.json.empty()) return true;
+  FILE* f = std::fopen(o.json.c_str(), "w");
+  if (!f) return std::fprintf(stderr, "dcomm-bench: cannot write %s\n", o.json.c_str()), false;
+  std::fprintf(f,
+               "{\n  \"tool\": \"dcomm-bench\", \"collective\": \"%s\", \"ranks\": %d, \"type\": \"%s\", "
+               "\"op\": \"%s\", \"root\": %d, \"iters\": %d, \"transport\": \"%s\", "
+               "\"staging_bytes_per_rank\": %llu, \"device\": \"%s\",\n  \"results\": [\n%s\n  ]\n}\n",
+               o.coll.c_str(), c.size(), to_string(o.type), to_string(o.op), o.root, o.iters, transport,
+               static_cast<unsigned long long>(staging), device.c_str(), rows.c_str());
+  std::fclose(f);
+  return true;
+}
+
+// ddp_step, fsdp_step: one training step's calls (bench/peers/step_shapes.hpp), timed whole.
+class Step {
+ public:
+  Step(const Options& o, Communicator& c) : o_(o), c_(c), eb_(size_of(o.type)), n_(static_cast<size_t>(c.size())) {
+    const bool ddp = o.kind == Coll::kDdpStep;
+    const auto bytes = step_shapes::parse_list(
+        o.steps.empty() ? (ddp ? step_shapes::kDdpDefault : step_shapes::kFsdpDefault) : o.steps);
+    counts_ = step_shapes::element_counts(bytes, eb_, n_);
+    for (size_t k : counts_) total_ += k;
+  }
+  bool ddp() const { return o_.kind == Coll::kDdpStep; }
+  size_t total() const { return total_; }
+  size_t calls() const { return ddp() ? counts_.size() : 2 * counts_.size(); }
+  // ddp: the flat gradient buffer the buckets are views of. fsdp: every unit's parameters
+  // (all_gather's output) and gradients (reduce_scatter's input), and this rank's shards of both.
+  Status allocate() {
+    DCOMM_RETURN_IF_ERROR(full_.allocate(total_ * eb_ + 64, o_.registered, false));
+    if (ddp()) return {};
+    DCOMM_RETURN_IF_ERROR(grads_.allocate(total_ * eb_ + 64, o_.registered, false));
+    return shards_.allocate(2 * total_ / n_ * eb_ + 64, o_.registered, false);
+  }
+  Status run() {
+    size_t at = 0;
+    if (ddp()) {
+      std::vector<Work> buckets;
+      for (size_t k : counts_) {
+        buckets.push_back(c_.all_reduce_async(full_.data() + at * eb_, full_.data() + at * eb_, k, o_.type, o_.op));
+        at += k;
+      }
+      Status first;
+      for (const Work& w : buckets)
+        if (Status s = w.wait(); first.ok() && !s.ok()) first = s;
+      return first;
+    }
+    for (size_t k : counts_) {
+      const size_t per = k / n_;
+      DCOMM_RETURN_IF_ERROR(c_.reduce_scatter(grads_.data() + at * eb_, grad_shard(at), per, o_.type, o_.op));
+      DCOMM_RETURN_IF_ERROR(c_.all_gather(param_shard(at), full_.data() + at * eb_, per, o_.type));
+      at += k;
+    }
+    return {};
+  }
+  // Fills every input with verifiable values, runs the step once, counts wrong outputs.
+  Result<int64_t> verify() {
+    using namespace dcomm_test;
+    const int r = c_.rank();
+    return dispatch_type(o_.type, [&]<class T>() -> Result<int64_t> {
+      T* inputs = reinterpret_cast<T*>(ddp() ? full_.data() : grads_.data());
+      for (size_t i = 0; i < total_; ++i) inputs[i] = from_int<T>(input_value(o_.type, o_.op, r, i));
+      if (!ddp())
+        for (size_t i = 0; i < total_ / n_; ++i)
+          reinterpret_cast<T*>(param_shard(0))[i] = from_int<T>(input_value(o_.type, o_.op, r, i));
+      DCOMM_RETURN_IF_ERROR(run());
+      int64_t wrong = 0;
+      const T* full = reinterpret_cast<const T*>(full_.data());
+      if (ddp()) {
+        for (size_t i = 0; i < total_; ++i)
+          wrong += !same_bits(full[i], expected_reduction<T>(o_.type, o_.op, c_.size(), i));
+        return wrong;
+      }
+      size_t at = 0;
+      for (size_t k : counts_) {  // unit by unit: this rank's block of the sum, and every rank's shard
+        const size_t per = k / n_;
+        const T* grads = reinterpret_cast<const T*>(grad_shard(at));
+        for (size_t j = 0; j < per; ++j)
+          wrong += !same_bits(grads[j],
+                              expected_reduction<T>(o_.type, o_.op, c_.size(), at + static_cast<size_t>(r) * per + j));
+        for (size_t j = 0; j < k; ++j)
+          wrong += !same_bits(full[at + j],
+                              from_int<T>(input_value(o_.type, o_.op, static_cast<int>(j / per), at / n_ + j % per)));
+        at += k;
+      }
+      return wrong;
+    });
+  }
+
+ private:
+  // A unit at element `at` has its shards at `at / n` of each half of the shard buffer.
+  char* grad_shard(size_t at) const { return shards_.data() + at / n_ * eb_; }
+  char* param_shard(size_t at) const { return shards_.data() + (total_ + at) / n_ * eb_; }
+
+  const Options& o_;
+  Communicator& c_;
+  size_t eb_, n_, total_ = 0;
+  std::vector<size_t> counts_;
+  Buffer full_, grads_, shards_;
+};
+
+int run_step(const Options& o, Communicator& c) {
+  Step step(o, c);
+  auto fail = [&](const Status& s) {
+    return std::fprintf(stderr, "dcomm-bench: rank %d: %s\n", c.rank(), s.message().c_str()), 1;
+  };
+  if (Status s = step.allocate(); !s.ok()) return fail(s);
+  if (Status s = c.barrier(); !s.ok()) return fail(s);
+  const char* transport = c.transport_to((c.rank() + 1) % c.size());
+  if (c.rank() == 0) {
+    std::printf(
+        "# dcomm-bench %s: %d ranks (%d on this host, next rank via %s), %s %s, iters %d, warmup %d, check %d%s\n",
+        o.coll.c_str(), c.size(), c.local_size(), transport, to_string(o.type), to_string(o.op), o.iters, o.warmup,
+        o.check ? 1 : 0, o.registered ? ", buffers from mem_alloc" : "");
+    std::printf("# %s\n#\n", step.ddp() ? "buckets all-reduced in place, started back to back and waited together"
+                                        : "per unit: reduce_scatter, then all_gather, out of place");
+    std::printf("# %10s %6s %11s %7s %7s %6s\n# %10s %6s %11s %7s %7s\n", "size", "calls", "time", "algbw", "busbw",
+                "#wrong", "(B)", "", "(us/step)", "(GB/s)", "(GB/s)");
+  }
+  for (int i = 0; i < o.warmup; ++i)
+    if (Status s = step.run(); !s.ok()) return fail(s);
+  if (Status s = c.barrier(); !s.ok()) return fail(s);
+  auto t0 = Clock::now();
+  for (int i = 0; i < o.iters; ++i)
+    if (Status s = step.run(); !s.ok()) return fail(s);
+  double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters, us = 0;
+  int64_t wrong = 0, wrong_sum = 0;
+  if (Status s = c.all_reduce(&t, &us, 1, DataType::kFloat64, ReduceOp::kMax); !s.ok()) return fail(s);
+  if (o.check) {
+    auto w = step.verify();
+    if (!w.ok()) return fail(w.status());
+    wrong = *w;
+  }
+  if (Status s = c.all_reduce(&wrong, &wrong_sum, 1, DataType::kInt64, ReduceOp::kSum); !s.ok()) return fail(s);
+  if (c.rank() != 0) return wrong_sum ? 1 : 0;
+  const double bytes = static_cast<double>(step.total() * size_of(o.type)), algbw = bytes / us / 1e3;
+  const double busbw = algbw * 2 * (c.size() - 1) / c.size();
+  std::printf("  %10zu %6zu %11.2f %7.2f %7.2f %6lld\n", step.total() * size_of(o.type), step.calls(), us, algbw, busbw,
+              static_cast<long long>(wrong_sum));
+  std::printf("# Out of bounds values : %lld %s\n#\n", static_cast<long long>(wrong_sum), wrong_sum ? "FAILED" : "OK");
+  const std::string row = detail::cat("    {\"size\": ", step.total() * size_of(o.type), ", \"count\": ", step.total(),
+                                      ", \"in_place\": ", step.ddp() ? "true" : "false", ", \"time_us\": ", us,
+                                      ", \"algbw\": ", algbw, ", \"busbw\": ", busbw, ", \"wrong\": ", wrong_sum,
+                                      ", \"calls\": ", step.calls(), ", \"algorithm\": \"step\"}");
+  if (!write_json(o, c, transport, c.staging_bytes(), "", row)) return 1;
+  return wrong_sum ? 1 : 0;
+}
+
 int run_rank(const Options& o, Communicator& c) {
+  if (o.kind == Coll::kDdpStep || o.kind == Coll::kFsdpStep) return run_step(o, c);
   if (o.root >= c.size()) usage("root out of range");
   const size_t eb = size_of(o.type);
   Bench b{c, o, eb, {}, {}};
@@ -473,17 +653,7 @@ int run_rank(const Options& o, Communicator& c) {
           "# Staging memory       : %.2f MiB per rank (largest over ranks; DCOMM_SLOTS x DCOMM_SLOT_BYTES per link)\n",
           static_cast<double>(staging_max) / (1 << 20));
     std::printf("#\n");
-    if (!o.json.empty()) {
-      FILE* f = std::fopen(o.json.c_str(), "w");
-      if (!f) return std::fprintf(stderr, "dcomm-bench: cannot write %s\n", o.json.c_str()), 1;
-      std::fprintf(f,
-                   "{\n  \"tool\": \"dcomm-bench\", \"collective\": \"%s\", \"ranks\": %d, \"type\": \"%s\", "
-                   "\"op\": \"%s\", \"root\": %d, \"iters\": %d, \"transport\": \"%s\", "
-                   "\"staging_bytes_per_rank\": %llu, \"device\": \"%s\",\n  \"results\": [\n%s\n  ]\n}\n",
-                   o.coll.c_str(), c.size(), to_string(o.type), to_string(o.op), o.root, o.iters, b.path_to_next(),
-                   static_cast<unsigned long long>(staging_max), b.device_settings().c_str(), json_rows.c_str());
-      std::fclose(f);
-    }
+    if (!write_json(o, c, b.path_to_next(), staging_max, b.device_settings(), json_rows)) return 1;
   }
   return total_wrong ? 1 : 0;
 }

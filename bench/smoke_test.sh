@@ -18,6 +18,21 @@ assert all(row["wrong"] == 0 and row["time_us"] > 0 for row in r["results"]), r[
 assert r["staging_bytes_per_rank"] > 0
 PY
 done
+# The training-step replays: every bucket and unit checked, one row, in place for DDP only.
+# 3 ranks and odd sizes: units that do not split evenly are rounded, and the tiny bucket takes
+# the direct path while the others take single copy or the ring.
+for step in "ddp_step -B 1M,2x3M,7" "fsdp_step -B 3x1M,1K -R 1"; do
+  # shellcheck disable=SC2086
+  "$bench" $step -N 3 -n 2 -w 1 -c 1 -d bf16 -J "$json" >/dev/null
+  python3 - "$json" "${step%% *}" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["collective"] == sys.argv[2] and r["ranks"] == 3, r
+[row] = r["results"]
+assert row["wrong"] == 0 and row["time_us"] > 0 and row["in_place"] == (sys.argv[2] == "ddp_step"), row
+assert row["calls"] == (4 if sys.argv[2] == "ddp_step" else 8), row
+PY
+done
 # Over UCX's TCP transport the ranks exit cleanly: no "UCX ERROR" (a rank whose endpoint close
 # flushed towards a peer that had already destroyed its worker printed "error during flush:
 # Endpoint timeout" in 3 runs of 4 at this size).
@@ -31,4 +46,4 @@ if command -v ucx_info >/dev/null; then
     fi
   done
 fi
-echo "dcomm-bench smoke test: 7 collectives checked; UCX over TCP exits cleanly"
+echo "dcomm-bench smoke test: 7 collectives and 2 training steps checked; UCX over TCP exits cleanly"

@@ -2,6 +2,7 @@
 """dcomm side by side with its peers, in one run, on the same sizes and rank count.
 
     bench/peers/compare.py [-N ranks] [-c collective] [-r reps] [-b minbytes] [-e maxbytes] [--peers openmpi,mpich,gloo]
+                           [-B sizes]
                            [--install] [--png out.png] [--json out.json] [--registered] [--algos a,b,... [--sim]] [--transports shm,tcp,ucx-sm,ucx-tcp]
 
 Runs dcomm-bench, OpenMPI and MPICH (bench/peers/mpi_bench.cpp built against each) and Gloo
@@ -13,6 +14,10 @@ Prints one table with each system's time and busbw and dcomm's time over the bes
 --png plots busbw against size, --json keeps every number. --algos adds dcomm with each
 algorithm forced, and how the automatic choice (column dcomm) fares against the best of them
 (--peers '' leaves the peers out).
+
+-c ddp_step / fsdp_step replays one training step's calls (bench/peers/step_shapes.hpp; -B
+sets the buckets or units) in dcomm-bench and in mpi-bench: one row, the step's bytes, with
+each system's time per step (20 steps a run) and busbw; Gloo has no step replay and sits out.
 """
 import argparse
 import json
@@ -62,11 +67,12 @@ def run_dcomm(a, lo, hi, iters, warm, registered=False, algo=None, transport=Non
     """dcomm-bench's time per size; with algo, that algorithm forced (DCOMM_ALGO), and the
     sizes where it cannot run (the call ran another) left out; with transport, over it."""
     env = dict(os.environ, DCOMM_ALGO=f"{a.c}:{algo}") if algo else None
+    steps = ["-B", a.B] if a.B else []
     if transport:
         env = dict(os.environ, **TRANSPORTS[transport])
     with tempfile.NamedTemporaryFile(suffix=".json") as j:
         sh([os.path.join(BUILD, "dcomm-bench"), a.c, "-N", str(a.N), "-b", lo, "-e", hi, "-f", "2", "-n", iters,
-            "-w", warm, "-c", "1", "-J", j.name, "-R", "1" if registered else "0"], env=env)
+            "-w", warm, "-c", "1", "-J", j.name, "-R", "1" if registered else "0"] + steps, env=env)
         r = json.load(open(j.name))
     if algo:
         r["results"] = [x for x in r["results"] if x["algorithm"] == algo]
@@ -76,13 +82,13 @@ def run_dcomm(a, lo, hi, iters, warm, registered=False, algo=None, transport=Non
     if bad:
         sys.exit(f"dcomm-bench reported {bad} wrong elements")
     # MPI_Bcast has one buffer, so broadcast compares dcomm's in-place column; the others
-    # compare out of place, as the MPI calls are made.
-    in_place = a.c == "broadcast"
+    # compare out of place, as the MPI calls are made (a DDP step is in place, its only row).
+    in_place = a.c in ("broadcast", "ddp_step")
     return {x["size"]: x["time_us"] for x in r["results"] if x["in_place"] == in_place}
 
 
 def run_peer(peer, a, lo, hi, iters, warm):
-    args = [a.c, "-b", lo, "-e", hi, "-f", "2", "-n", iters, "-w", warm]
+    args = [a.c, "-b", lo, "-e", hi, "-f", "2", "-n", iters, "-w", warm] + (["-B", a.B] if a.B else [])
     if peer == "gloo":
         return parse_rows(sh(["/usr/bin/python3", os.path.join(ROOT, "bench/peers/gloo_bench.py"), "-N", str(a.N)] + args))
     exe = os.path.join(BUILD, f"mpi-bench-{peer}")
@@ -94,7 +100,9 @@ def run_peer(peer, a, lo, hi, iters, warm):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("-N", type=int, default=2)
-    p.add_argument("-c", default="all_reduce", choices=["all_reduce", "reduce_scatter", "all_gather", "broadcast"])
+    p.add_argument("-c", default="all_reduce",
+                   choices=["all_reduce", "reduce_scatter", "all_gather", "broadcast", "ddp_step", "fsdp_step"])
+    p.add_argument("-B", default="", help="ddp_step's buckets or fsdp_step's units, e.g. 1M,3x25M,22M")
     p.add_argument("-r", type=int, default=3)
     p.add_argument("-b", default="8")
     p.add_argument("-e", default="256M")
@@ -116,6 +124,9 @@ def main():
                         "ring's next to the measured one")
     a = p.parse_args()
     wanted = [x for x in a.peers.split(",") if x]
+    steps = a.c.endswith("_step")
+    if steps and "gloo" in wanted:
+        wanted.remove("gloo")  # gloo_bench.py has no step replay
     if a.install:
         pkgs = [pkg for peer in wanted if not have(peer) for pkg in APT[peer]]
         if a.png:
@@ -139,7 +150,7 @@ def main():
                [f"dcomm@{x}" for x in transports] + peers)
     times = {s: {} for s in systems}
     for _ in range(a.r):
-        for lo, hi, iters, warm in PASSES:
+        for lo, hi, iters, warm in ([(a.b, a.e, "20", "3")] if steps else PASSES):
             hi = a.e if hi is None or to_bytes(hi) > to_bytes(a.e) else hi
             lo = a.b if to_bytes(a.b) > to_bytes(lo) else lo
             if to_bytes(lo) > to_bytes(hi):
@@ -154,7 +165,8 @@ def main():
                 for size, t in got.items():
                     times[s].setdefault(size, []).append(t)
     n = a.N
-    factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(a.c, (n - 1) / n)
+    factor = {"all_reduce": 2 * (n - 1) / n, "ddp_step": 2 * (n - 1) / n, "fsdp_step": 2 * (n - 1) / n,
+              "broadcast": 1.0}.get(a.c, (n - 1) / n)
     fixed = [f"dcomm/{x}" for x in algos]
     sizes = sorted(set.intersection(*(set(times[s]) for s in systems if s not in fixed)))
     med = {s: {z: statistics.median(times[s][z]) for z in sizes if z in times[s]} for s in systems}
