@@ -6,7 +6,7 @@ using namespace dcomm;
 
 TEST_CASE("algorithm choice: direct for small all_reduce, single copy where measured faster, ring otherwise") {
   Config
-      c;  // defaults: direct <= 4 KiB, single copy from 64 KiB (all_gather/broadcast), from 1 MiB (all_reduce, reduce_scatter; below 16 MiB out of place unless registered)
+      c;  // defaults: direct <= 4 KiB, single copy from 64 KiB (all_gather/broadcast), from 1 MiB (all_reduce, reduce_scatter; below 48 MiB out of place unless registered)
   auto pick = [&](OpKind k, size_t bytes, int ranks, bool single_copy, size_t eb = 4, bool in_place = false) {
     return choose_algorithm({k, bytes / eb, eb, ranks, in_place}, c, single_copy).algorithm;
   };
@@ -18,7 +18,8 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
   CHECK(pick(OpKind::kAllReduce, 8, 1, false) == Algorithm::kRing);
   CHECK(pick(OpKind::kAllReduce, 4 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kAllReduce, 4 << 20, 2, false) == Algorithm::kRing);
-  // past the streaming threshold: single copy only if every output is from mem_alloc
+  // from DCOMM_CMA_OUT_OF_PLACE_BYTES: single copy only if every output is from mem_alloc
+  CHECK(pick(OpKind::kAllReduce, 32 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kAllReduce, 64 << 20, 2, true) == Algorithm::kSingleCopyIfRegistered);
   CHECK(pick(OpKind::kAllReduce, 64 << 20, 2, true, 4, true) == Algorithm::kSingleCopy);  // unless in place
   CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) == Algorithm::kSingleCopy);
@@ -26,6 +27,9 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
   CHECK(pick(OpKind::kBroadcast, 1 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kReduceScatter, 1 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kReduceScatter, 64 << 20, 2, true) == Algorithm::kSingleCopyIfRegistered);
+  c.cma_out_of_place_bytes = 16 << 20;  // the threshold moves with its variable
+  CHECK(pick(OpKind::kAllReduce, 32 << 20, 2, true) == Algorithm::kSingleCopyIfRegistered);
+  CHECK(pick(OpKind::kAllReduce, 8 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kReduceScatter, 256 << 10, 2, true) == Algorithm::kRing);  // 512 KiB input
   CHECK(pick(OpKind::kReduce, 1 << 20, 2, true) == Algorithm::kRing);
   c.cma_bytes = 0;  // 0 turns single copy off

@@ -83,9 +83,11 @@ TEST_CASE("matrix, processes over shared memory with the single-copy paths from 
 }
 
 TEST_CASE("matrix, processes with buffers from mem_alloc: peers map them (all ranks, or even ranks only)") {
-  // Single copy from 1 KiB and streaming from 2 KiB, so out-of-place all_reduce takes the path
-  // that needs every output registered; with "mixed" every rank must fall back to the ring.
-  const auto env = with(kSmall, {"DCOMM_CMA_BYTES=1K", "DCOMM_CMA_REDUCE_BYTES=1K", "DCOMM_STREAM_BYTES=2K"});
+  // Single copy from 1 KiB and through the kernel out of place only below 2 KiB, so
+  // out-of-place all_reduce takes the path that needs every output registered; with "mixed"
+  // every rank must fall back to the ring.
+  const auto env = with(kSmall, {"DCOMM_CMA_BYTES=1K", "DCOMM_CMA_REDUCE_BYTES=1K", "DCOMM_STREAM_BYTES=2K",
+                                 "DCOMM_CMA_OUT_OF_PLACE_BYTES=2K"});
   for (int size : {2, 3}) {
     CAPTURE(size);
     check_all_exit(run_local({"matrix", "registered"}, size, env), 0);

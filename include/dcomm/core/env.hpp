@@ -154,9 +154,13 @@ struct Config {
   // other; 0 turns that off.
   size_t cma_bytes = 64u << 10;
   // DCOMM_CMA_REDUCE_BYTES: all_reduce and reduce_scatter calls from this size reduce straight
-  // from the peers' inputs (single copy; out of place from stream_bytes only when every rank's
-  // buffers are from dcomm::mem_alloc); 0 turns that off.
+  // from the peers' inputs (single copy; out of place from cma_out_of_place_bytes only when
+  // every rank's buffers are from dcomm::mem_alloc); 0 turns that off.
   size_t cma_reduce_bytes = 1u << 20;
+  // DCOMM_CMA_OUT_OF_PLACE_BYTES: out-of-place all_reduce and reduce_scatter calls from this
+  // size take single copy only when every rank's buffers are from dcomm::mem_alloc; below it,
+  // through the kernel too (measured on 2 ranks: ahead of the ring up to 32-48 MiB, behind from 64).
+  size_t cma_out_of_place_bytes = 48u << 20;
   // DCOMM_ALGO: an algorithm forced per collective (see parse_algo); empty = the cost model's.
   std::array<std::string, 5> algo;
   // DCOMM_TEST_RANKS_PER_HOST: for tests, the algorithms treat every k consecutive ranks as one
@@ -184,12 +188,14 @@ struct Config {
     auto staging = env_size("DCOMM_MAX_STAGING_BYTES", static_cast<long long>(c.max_staging_bytes), 0, 1LL << 50);
     auto cma = env_size("DCOMM_CMA_BYTES", static_cast<long long>(c.cma_bytes), 0, 1LL << 50);
     auto cma_reduce = env_size("DCOMM_CMA_REDUCE_BYTES", static_cast<long long>(c.cma_reduce_bytes), 0, 1LL << 50);
+    auto cma_oop =
+        env_size("DCOMM_CMA_OUT_OF_PLACE_BYTES", static_cast<long long>(c.cma_out_of_place_bytes), 0, 1LL << 50);
     auto per_host = env_size("DCOMM_TEST_RANKS_PER_HOST", 0, 0, 1 << 20);
     auto cyclic = env_size("DCOMM_TEST_CYCLIC_HOSTS", 0, 0, 1 << 20);
     for (const Status& s :
          {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(), proxy_spin.status(),
           zero_copy.status(), rendezvous.status(), stream.status(), direct.status(), staging.status(), cma.status(),
-          cma_reduce.status(), per_host.status(), cyclic.status()})
+          cma_reduce.status(), cma_oop.status(), per_host.status(), cyclic.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -204,6 +210,7 @@ struct Config {
     c.max_staging_bytes = static_cast<size_t>(*staging);
     c.cma_bytes = static_cast<size_t>(*cma);
     c.cma_reduce_bytes = static_cast<size_t>(*cma_reduce);
+    c.cma_out_of_place_bytes = static_cast<size_t>(*cma_oop);
     c.test_ranks_per_host = static_cast<int>(*per_host);
     c.test_cyclic_hosts = static_cast<int>(*cyclic);
     std::string t = env_or("DCOMM_TRANSPORT", "auto");
