@@ -119,3 +119,33 @@ TEST_CASE("cost model across hosts: hierarchical when hosts hold several ranks e
   two.hosts = 2;
   CHECK(predict_us(Algorithm::kRing, two, m) > predict_us(Algorithm::kRing, one, m));
 }
+
+TEST_CASE("choice cache: a shape seen before is not weighed again; another shape, or a cleared cache, is") {
+  ChoiceCache cache;
+  int weighed = 0;
+  auto get = [&](CallShape s, Algorithm a) {
+    return cache.get(s, [&] {
+      ++weighed;
+      return Choice{a, "test"};
+    });
+  };
+  const CallShape ar{OpKind::kAllReduce, 2, 4, 2, false};
+  CHECK(get(ar, Algorithm::kDirect).algorithm == Algorithm::kDirect);
+  CHECK(get(ar, Algorithm::kRing).algorithm == Algorithm::kDirect);  // cached: not weighed again
+  CHECK(weighed == 1);
+  // Each field of the shape tells shapes apart.
+  for (CallShape other :
+       {CallShape{OpKind::kBroadcast, 2, 4, 2, false}, CallShape{OpKind::kAllReduce, 3, 4, 2, false},
+        CallShape{OpKind::kAllReduce, 2, 8, 2, false}, CallShape{OpKind::kAllReduce, 2, 4, 3, false},
+        CallShape{OpKind::kAllReduce, 2, 4, 2, true}, CallShape{OpKind::kAllReduce, 2, 4, 2, false, 2}})
+    CHECK(get(other, Algorithm::kRing).algorithm == Algorithm::kRing);
+  CHECK(weighed == 7);
+  // Shapes that share a slot replace each other, and each is weighed again when it returns.
+  for (size_t count = 0; count < 1000; ++count)
+    CHECK(get({OpKind::kAllGather, count, 4, 2, false}, count % 2 ? Algorithm::kRing : Algorithm::kSingleCopy)
+              .algorithm == (count % 2 ? Algorithm::kRing : Algorithm::kSingleCopy));
+  cache.clear();
+  weighed = 0;
+  CHECK(get(ar, Algorithm::kTree).algorithm == Algorithm::kTree);
+  CHECK(weighed == 1);
+}

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -112,6 +113,38 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
   }
   return {best, "cost model"};
 }
+
+// The choices of the shapes called lately. A training loop repeats a few shapes, and weighing
+// every candidate (cost_model.hpp) took a quarter of an 8-byte call's time. Direct-mapped by
+// shape; right while the config and the agreed facts stay as they were when it was filled (a
+// communicator clears it once its link model is tuned).
+class ChoiceCache {
+ public:
+  template <class Choose>
+  Choice get(const CallShape& s, Choose&& choose) {
+    Entry& e = entries_[slot(s)];
+    if (!e.valid || !same(e.shape, s)) e = {true, s, choose()};
+    return e.choice;
+  }
+  void clear() { entries_ = {}; }
+
+ private:
+  struct Entry {
+    bool valid = false;
+    CallShape shape{};
+    Choice choice{};
+  };
+  static constexpr size_t kEntries = 64;
+  static size_t slot(const CallShape& s) {
+    const size_t h = (s.count * 0x9E3779B97F4A7C15ull) ^ (static_cast<size_t>(s.kind) << 1) ^ (s.elem_bytes << 5);
+    return ((h >> 29) ^ h ^ (s.in_place ? 1 : 0)) % kEntries;
+  }
+  static bool same(const CallShape& a, const CallShape& b) {
+    return a.kind == b.kind && a.count == b.count && a.elem_bytes == b.elem_bytes && a.ranks == b.ranks &&
+           a.in_place == b.in_place && a.hosts == b.hosts;
+  }
+  std::array<Entry, kEntries> entries_{};
+};
 
 // Streaming stores pay off for a large output that is not also the input (in place, the
 // lines are in cache already and streaming would only evict them).

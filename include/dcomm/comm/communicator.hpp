@@ -400,8 +400,10 @@ class Communicator {
       for (int r : facts_.order) ring += detail::cat(" ", r);
       DCOMM_LOG(kInfo, kSubsysInit, rank_, "ring order (ranks by host, NUMA node, device):", ring);
     }
-    return tune_link_model(facts_.link, rank_, size_,
-                           [this](const OpDesc& d, std::optional<Algorithm> forced) { return run(d, forced); });
+    Status tuned = tune_link_model(facts_.link, rank_, size_,
+                                   [this](const OpDesc& d, std::optional<Algorithm> forced) { return run(d, forced); });
+    choices_.clear();  // chosen with the link model before tuning
+    return tuned;
   }
 
   Status execute(const OpDesc& d) {
@@ -480,9 +482,10 @@ class Communicator {
     }
     return dispatch_collective(context(), d, forced);
   }
-  DispatchContext context() { return {rank_, facts_, config_, links_, scratch_}; }
+  DispatchContext context() { return {rank_, facts_, config_, links_, scratch_, choices_}; }
 
   std::vector<char> scratch_;  // working memory of the schedules over all peers, reused
+  ChoiceCache choices_;        // the algorithm chosen for recent call shapes
   int rank_ = 0, size_ = 1;
   int local_rank_ = 0, local_size_ = 0;
   std::string prefix_;

@@ -34,6 +34,7 @@ struct DispatchContext {
   const Config& config;
   LinkTable& links;
   std::vector<char>& scratch;  // the schedules' working memory, reused call to call
+  ChoiceCache& choices;        // the choices of recent call shapes
 
   int size() const { return facts.size(); }
 };
@@ -155,7 +156,8 @@ inline Status dispatch_collective(const DispatchContext& c, const OpDesc& d, std
   if (!reducer.ok()) return reducer.status();
   const size_t eb = reducer->elem_bytes;
   const CallShape shape{d.kind, d.count, eb, c.size(), in_place_everywhere(d, eb, c.rank), c.facts.hosts};
-  const Choice choice = forced ? Choice{*forced, "forced"} : choose_for(c.facts, c.config, shape);
+  const Choice choice =
+      forced ? Choice{*forced, "forced"} : c.choices.get(shape, [&] { return choose_for(c.facts, c.config, shape); });
   DCOMM_LOG(kTrace, kSubsysColl, c.rank, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
             to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(choice.algorithm));
   if (!forced && Logger::instance().enabled(LogLevel::kInfo, kSubsysTuning)) log_tuning(c, shape, choice);
