@@ -6,7 +6,7 @@ using namespace dcomm;
 
 TEST_CASE("algorithm choice: direct for small all_reduce, single copy where measured faster, ring otherwise") {
   Config
-      c;  // defaults: direct <= 4 KiB, single copy from 64 KiB (all_gather/broadcast), from 1 MiB (all_reduce, reduce_scatter; below 48 MiB out of place unless registered)
+      c;  // defaults: direct <= 4 KiB, single copy from 16 KiB (all_gather/broadcast), from 1 MiB (all_reduce, reduce_scatter; below 48 MiB out of place unless registered)
   auto pick = [&](OpKind k, size_t bytes, int ranks, bool single_copy, size_t eb = 4, bool in_place = false) {
     return choose_algorithm({k, bytes / eb, eb, ranks, in_place}, c, single_copy).algorithm;
   };

@@ -114,20 +114,21 @@ inline Status push_to_peers(const std::vector<PeerPort*>& ports, int rank, const
 }  // namespace detail
 
 // ports[p]: the port to rank p (null for this rank). recv holds size x bytes_per_rank. Each
-// rank pushes its block into every output, a tile at a time.
+// rank pushes its block into every output, a tile at a time. `stream`: the copy into this
+// rank's own output (out of place) streams past the cache (a large output, stream_output()).
 inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int rank, const void* send, void* recv,
-                                     size_t bytes_per_rank) {
+                                     size_t bytes_per_rank, bool stream = true) {
   const size_t at = static_cast<size_t>(rank) * bytes_per_rank;
   char* own = static_cast<char*>(recv) + at;
   auto peers = detail::swap_descriptors(ports, rank,
                                         detail::describe(send, bytes_per_rank, recv, bytes_per_rank * ports.size()));
   if (!peers.ok()) return peers.status();
-  // Out of place, the copy into this rank's output streams past the cache; the pushes read
-  // the input tile the copy just brought into it.
+  // Out of place, the copy into this rank's output (streamed past the cache when large) brings
+  // the input tile into it for the pushes.
   const char* in = static_cast<const char*>(send);
   for (size_t i = 0; i < bytes_per_rank; i += detail::kTileBytes) {
     const size_t n = std::min(detail::kTileBytes, bytes_per_rank - i);
-    if (own != in) copy_bytes(own + i, in + i, n, /*stream=*/true);
+    if (own != in) copy_bytes(own + i, in + i, n, stream);
     DCOMM_RETURN_IF_ERROR(detail::push_to_peers(ports, rank, *peers, in + i, at + i, n));
   }
   return detail::finish(ports, rank);

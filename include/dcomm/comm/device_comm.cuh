@@ -377,7 +377,8 @@ class DeviceCommunicator {
     return s.ok() ? s : s.with_context(detail::cat(to_string(d.kind), " on rank ", rank()));
   }
   Status check_buffer(const char* op, const char* which, const void* p, size_t bytes) const {
-    return check_device_buffer(p, bytes, device_, which).with_context(detail::cat(op, " on rank ", rank()));
+    Status s = check_device_buffer(p, bytes, device_, which);  // the context (a string) only on failure
+    return s.ok() ? s : s.with_context(detail::cat(op, " on rank ", rank()));
   }
 
   // One collective: send_elems of d.send are read, recv_elems of d.recv written.

@@ -62,7 +62,8 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
     case Algorithm::kSingleCopy:
     case Algorithm::kSingleCopyIfRegistered: {
       DCOMM_RETURN_IF_ERROR(links.connect_all(f.order));
-      if (d.kind == OpKind::kAllGather) return single_copy_all_gather(links.all(), rank, d.send, d.recv, d.count * eb);
+      if (d.kind == OpKind::kAllGather)
+        return single_copy_all_gather(links.all(), rank, d.send, d.recv, d.count * eb, stream_output(shape, c.config));
       if (d.kind == OpKind::kBroadcast)
         return single_copy_broadcast(links.all(), rank, d.root, d.send, d.recv, d.count * eb);
       const bool only_if_registered = algorithm == Algorithm::kSingleCopyIfRegistered;

@@ -226,8 +226,8 @@ class PeerPort {
       if (bytes) std::memmove(dst, v, bytes);
       return {};
     }
-    return read_process_memory(info_->pid, false, dst, src, bytes)
-        .with_context(detail::cat("single-copy read from ", info_->describe()));
+    Status s = read_process_memory(info_->pid, false, dst, src, bytes);  // the context only on failure: no
+    return s.ok() ? s : s.with_context(detail::cat("single-copy read from ", info_->describe()));  // string per tile
   }
 
   // Copies `bytes` from `src` here to address `dst` in the peer's memory (same conditions).
@@ -238,8 +238,8 @@ class PeerPort {
       copy_bytes(v, src, bytes, stream);
       return {};
     }
-    return write_process_memory(info_->pid, false, dst, src, bytes)
-        .with_context(detail::cat("single-copy write to ", info_->describe()));
+    Status s = write_process_memory(info_->pid, false, dst, src, bytes);
+    return s.ok() ? s : s.with_context(detail::cat("single-copy write to ", info_->describe()));
   }
 
   // How long a wait on this peer spins before it yields: briefly when a proxy thread on this
