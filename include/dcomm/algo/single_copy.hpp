@@ -117,7 +117,7 @@ inline Status push_to_peers(const std::vector<PeerPort*>& ports, int rank, const
 // rank pushes its block into every output, a tile at a time. `stream`: the copy into this
 // rank's own output (out of place) streams past the cache (a large output, stream_output()).
 inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int rank, const void* send, void* recv,
-                                     size_t bytes_per_rank, bool stream = true) {
+                                     size_t bytes_per_rank, bool stream) {
   const size_t at = static_cast<size_t>(rank) * bytes_per_rank;
   char* own = static_cast<char*>(recv) + at;
   auto peers = detail::swap_descriptors(ports, rank,

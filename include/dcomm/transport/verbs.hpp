@@ -9,8 +9,9 @@
 // Flow control: the sender writes slot k only when the peer has consumed slot k - slots. The
 // receiving end tells it how far its consumer got with a credit message (a WRITE WITH
 // IMMEDIATE without data, the low 30 bits of the consumed count in the immediate), once half a
-// FIFO is consumed or the sender has used half its room; one credit message is in flight at a time, so the receive queue (slots + 4 entries, with the
-// rendezvous messages) never runs dry, and no slot is overwritten before its consumer released it.
+// FIFO is consumed or the sender has used half its room; one credit message is in flight at a
+// time, so the receive queue (slots + 4 entries, with the rendezvous messages) never runs dry,
+// and no slot is overwritten before its consumer released it.
 //
 // A rendezvous (transport/fifo.hpp, from DCOMM_RENDEZVOUS_BYTES) goes as its header into the
 // slot; the receiver registers the buffer its rank posted (Landing) and writes where it is into
