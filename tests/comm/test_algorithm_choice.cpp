@@ -25,6 +25,21 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
   CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kAllGather, 1 << 10, 4, true) != Algorithm::kSingleCopy);  // below DCOMM_CMA_BYTES
   CHECK(pick(OpKind::kBroadcast, 1 << 20, 2, true) == Algorithm::kSingleCopy);
+  // With more ranks than cores, all_gather and broadcast take single copy from 2 x load x
+  // DCOMM_CMA_BYTES.
+  auto pick_loaded = [&](OpKind k, size_t bytes, double load) {
+    const size_t per_rank = k == OpKind::kAllGather ? 8 : 1;  // all_gather's size is its whole output
+    return choose_algorithm({k, bytes / 4 / per_rank, 4, 8, false}, c, true, LinkModel::for_load(load)).algorithm;
+  };
+  for (OpKind k : {OpKind::kAllGather, OpKind::kBroadcast}) {
+    CHECK(pick_loaded(k, c.cma_bytes, 1) == Algorithm::kSingleCopy);
+    CHECK(pick_loaded(k, c.cma_bytes - 64, 1) != Algorithm::kSingleCopy);
+    for (int load : {2, 4}) {
+      CHECK(pick_loaded(k, c.cma_bytes, load) != Algorithm::kSingleCopy);
+      CHECK(pick_loaded(k, 2 * load * c.cma_bytes - 64, load) != Algorithm::kSingleCopy);
+      CHECK(pick_loaded(k, 2 * load * c.cma_bytes, load) == Algorithm::kSingleCopy);
+    }
+  }
   CHECK(pick(OpKind::kReduceScatter, 1 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kReduceScatter, 64 << 20, 2, true) == Algorithm::kSingleCopyIfRegistered);
   c.cma_out_of_place_bytes = 16 << 20;  // the threshold moves with its variable
