@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <dcomm/core/bytes.hpp>
 #include <dcomm/core/types.hpp>
 
 using namespace dcomm;
@@ -24,4 +25,15 @@ TEST_CASE("data types: sizes, names and the typed mapping") {
   for (int o = 0; o < kNumReduceOps; ++o)
     CHECK(parse_reduce_op(to_string(static_cast<ReduceOp>(o))) == static_cast<ReduceOp>(o));
   CHECK_FALSE(is_valid(static_cast<ReduceOp>(9)));
+}
+
+TEST_CASE("ranges_overlap: a shared byte, not a shared edge; empty ranges share none") {
+  char b[64];
+  CHECK(detail::ranges_overlap(b, 16, b + 15, 8));
+  CHECK(detail::ranges_overlap(b + 15, 8, b, 16));
+  CHECK(detail::ranges_overlap(b, 64, b + 8, 8));  // one inside the other
+  CHECK_FALSE(detail::ranges_overlap(b, 16, b + 16, 8));
+  CHECK_FALSE(detail::ranges_overlap(b + 16, 8, b, 16));
+  CHECK_FALSE(detail::ranges_overlap(b, 0, b, 16));
+  CHECK_FALSE(detail::ranges_overlap(b, 16, b + 4, 0));
 }

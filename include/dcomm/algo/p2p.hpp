@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "dcomm/core/bytes.hpp"
 #include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
@@ -71,7 +72,8 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
     if (ops[i].kind != P2POp::Kind::kSend || ops[i].peer == rank) continue;
     bool clobbered = false;
     for (const auto& r : ops)
-      clobbered |= r.kind == P2POp::Kind::kRecv && r.peer != rank && detail::overlaps(ops[i], r);
+      clobbered |= r.kind == P2POp::Kind::kRecv && r.peer != rank &&
+                   detail::ranges_overlap(ops[i].buffer, ops[i].bytes(), r.buffer, r.bytes());
     if (!clobbered) continue;
     by_reference[i] = false;
     if (own.empty()) own.assign(ops.begin(), ops.end());

@@ -43,11 +43,4 @@ struct P2POp {
   bool lands = false;
 };
 
-namespace detail {
-inline bool overlaps(const P2POp& a, const P2POp& b) {
-  const char *x = static_cast<const char*>(a.buffer), *y = static_cast<const char*>(b.buffer);
-  return a.bytes() && b.bytes() && x < y + b.bytes() && y < x + a.bytes();
-}
-}  // namespace detail
-
 DCOMM_NAMESPACE_END

@@ -15,6 +15,12 @@
 DCOMM_NAMESPACE_BEGIN
 
 namespace detail {
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (an empty range shares none).
+inline bool ranges_overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const char *x = static_cast<const char*>(a), *y = static_cast<const char*>(b);
+  return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
+}
+
 template <class T>
 void put_pod(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof v);

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dcomm/core/bytes.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
@@ -73,9 +74,8 @@ class LandingPrimitives : public HostPrimitivesBase {
   // the fold reads `local` from there too (in place).
   Status recv_reduce_copy(const void* local, void* dst, size_t count) {
     const size_t bytes = count * r_.elem_bytes;
-    const char *l = static_cast<const char*>(local), *d = static_cast<const char*>(dst);
     char* in = static_cast<char*>(dst);
-    if (l < d + bytes && d < l + bytes) {
+    if (detail::ranges_overlap(local, bytes, dst, bytes)) {
       auto stage = free_stage();
       if (!stage.ok()) return stage.status();
       in = *stage;
