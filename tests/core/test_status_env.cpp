@@ -14,6 +14,13 @@ TEST_CASE("Status and Result carry the error and its context") {
   CHECK_FALSE(bad.ok());
   CHECK(bad.code() == ErrorCode::kInvalidArgument);
   CHECK(bad.with_context("broadcast on rank 2").message() == "broadcast on rank 2: root 7 is out of range");
+  int made = 0;  // a context given as a callable is made only on failure
+  auto make = [&] { return std::to_string(++made) + " on rank 2"; };
+  CHECK(ok.with_context(make).ok());
+  CHECK(made == 0);
+  CHECK(bad.with_context(make).message() == "1 on rank 2: root 7 is out of range");
+  CHECK(bad.with_context(make).code() == ErrorCode::kInvalidArgument);
+  CHECK(made == 2);
   Result<int> r = 5;
   CHECK(r.ok());
   CHECK(*r == 5);

@@ -374,11 +374,12 @@ class DeviceCommunicator {
   Status precheck(const OpDesc& d) const {
     Status s = validate(d, rank(), size());
     if (s.ok()) s = error().with_context("the device communicator failed earlier");
-    return s.ok() ? s : s.with_context(detail::cat(to_string(d.kind), " on rank ", rank()));
+    return s.with_context([&] { return detail::cat(to_string(d.kind), " on rank ", rank()); });
   }
   Status check_buffer(const char* op, const char* which, const void* p, size_t bytes) const {
-    Status s = check_device_buffer(p, bytes, device_, which);  // the context (a string) only on failure
-    return s.ok() ? s : s.with_context(detail::cat(op, " on rank ", rank()));
+    return check_device_buffer(p, bytes, device_, which).with_context([&] {
+      return detail::cat(op, " on rank ", rank());
+    });
   }
 
   // One collective: send_elems of d.send are read, recv_elems of d.recv written.

@@ -5,6 +5,7 @@
 // say what they know; each layer above prepends its context with with_context().
 #pragma once
 
+#include <concepts>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -66,6 +67,12 @@ class [[nodiscard]] Status {
   Status with_context(std::string_view context) const {
     if (ok()) return *this;
     return {code_, detail::cat(context, ": ", message_)};
+  }
+  // The same, with the context made (make() -> a string) only on failure: for paths that run
+  // per tile or per call, where building the string every time would cost more than the work.
+  template <std::invocable MakeContext>
+  Status with_context(MakeContext&& make) const {
+    return ok() ? *this : with_context(std::string_view(make()));
   }
   std::string to_string() const { return ok() ? "ok" : message_; }
   void ignore() const {}

@@ -226,8 +226,9 @@ class PeerPort {
       if (bytes) std::memmove(dst, v, bytes);
       return {};
     }
-    Status s = read_process_memory(info_->pid, false, dst, src, bytes);  // the context only on failure: no
-    return s.ok() ? s : s.with_context(detail::cat("single-copy read from ", info_->describe()));  // string per tile
+    return read_process_memory(info_->pid, false, dst, src, bytes).with_context([&] {
+      return detail::cat("single-copy read from ", info_->describe());
+    });
   }
 
   // Copies `bytes` from `src` here to address `dst` in the peer's memory (same conditions).
@@ -238,8 +239,9 @@ class PeerPort {
       copy_bytes(v, src, bytes, stream);
       return {};
     }
-    Status s = write_process_memory(info_->pid, false, dst, src, bytes);
-    return s.ok() ? s : s.with_context(detail::cat("single-copy write to ", info_->describe()));
+    return write_process_memory(info_->pid, false, dst, src, bytes).with_context([&] {
+      return detail::cat("single-copy write to ", info_->describe());
+    });
   }
 
   // How long a wait on this peer spins before it yields: briefly when a proxy thread on this
