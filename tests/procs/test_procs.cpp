@@ -256,6 +256,16 @@ TEST_CASE("a rank killed mid-collective or mid-send_recv: every survivor's error
   }
 }
 
+TEST_CASE("a rank that aborts and leaves: every survivor's error carries its reason, not a closed link") {
+  for (const std::string transport : {"shm", "tcp"}) {
+    CAPTURE(transport);
+    for (int round = 0; round < 3; ++round) {
+      auto p = run_local({"abort_leave", "1"}, 4, {"DCOMM_TRANSPORT=" + transport, "DCOMM_TIMEOUT_MS=600000"}, 60s);
+      check_all_exit(p, 3);
+    }
+  }
+}
+
 TEST_CASE("DCOMM_TRANSPORT=inproc between processes is refused with the reason") {
   std::string out = "/tmp/dcomm-test-inproc-" + std::to_string(getpid());
   ::unlink((out + ".0").c_str());

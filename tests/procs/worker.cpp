@@ -4,6 +4,8 @@
 //   die RANK N      all_reduce in a loop; rank RANK kills itself (SIGKILL) after N rounds;
 //                   survivors exit 3 when their error names rank RANK as dead (or a peer's
 //                   abort naming it), 4 otherwise
+//   abort_leave RANK  all_reduce in a loop; rank RANK aborts with a reason after 3 rounds and
+//                   leaves at once; survivors exit 3 when their error carries that reason
 //   init            create the communicator and report its error, if any (exit 5)
 //   quick           one all_reduce, checked (exit 0)
 //   stop RANK N     all_reduce in a loop; rank RANK stops itself (SIGSTOP) after N rounds;
@@ -189,6 +191,25 @@ int main(int argc, char** argv) {
     report("rank %d: %s\n", c.rank(), s.ok() ? "ok" : s.message().c_str());
     if (c.rank() == 0) return 3;
     return !s.ok() && s.message().find("as one rendezvous where this rank receives") != std::string::npos ? 3 : 4;
+  }
+  if (mode == "abort_leave" && argc > 2) {
+    // The victim aborts with a reason and leaves at once, mid-way through the rounds; every
+    // survivor's error must carry that reason, though the victim's closed links (and those of
+    // survivors that failed first and left) may reach it before the abort does.
+    const int victim = std::atoi(argv[2]);
+    std::vector<float> buf(1 << 16, 1.0f);
+    for (int i = 0;; ++i) {
+      if (c.rank() == victim && i == 3) {
+        c.abort("leaving on purpose");
+        return 3;
+      }
+      Status s = c.all_reduce(std::span(buf), ReduceOp::kMax);
+      if (!s.ok()) {
+        report("rank %d error: %s\n", c.rank(), s.message().c_str());
+        const std::string why = "rank " + std::to_string(victim) + " called abort(): leaving on purpose";
+        return s.message().find(why) != std::string::npos ? 3 : 4;
+      }
+    }
   }
   if ((mode == "die" || mode == "stop") && argc > 3) {
     // The victim kills (SIGKILL) or stops (SIGSTOP) itself after `rounds` all_reduces (with

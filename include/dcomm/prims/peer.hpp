@@ -251,13 +251,19 @@ class PeerPort {
   }
 
   // The slow-path conditions of a wait that is not (yet) satisfied: abort, peer gone.
+  // A peer that failed tells every rank why (the abort fan-out) before it closes, but its
+  // closed link can be seen here first: the wait gives that reason a moment to arrive, so
+  // that every survivor names the rank at fault, not the one that reported it and left.
   Status check_alive(bool sending) const {
     if (abort_->aborted()) return abort_->status();
-    if (sending ? out_.consumer_closed() : (in_.producer_closed() && !in_.ready(recv_head_)))
-      return make_error(ErrorCode::kPeerFailure, "peer ", info_->describe(),
-                        " has destroyed its communicator (or closed its connection) while this rank still ",
-                        sending ? "sends to it" : "expects data from it");
-    return {};
+    if (!(sending ? out_.consumer_closed() : (in_.producer_closed() && !in_.ready(recv_head_)))) return {};
+    for (Deadline grace(kCloseGrace); !grace.expired();) {
+      if (abort_->aborted()) return abort_->status();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return make_error(ErrorCode::kPeerFailure, "peer ", info_->describe(),
+                      " has destroyed its communicator (or closed its connection) while this rank still ",
+                      sending ? "sends to it" : "expects data from it");
   }
   // A wait that has stalled for a while asks which call the peer is in. If the peer is in,
   // or has just made, the call of this number with other arguments (a root, say), the ranks'
@@ -347,6 +353,7 @@ class PeerPort {
   }
 
   static constexpr int kProxiedSpin = 16;
+  static constexpr std::chrono::milliseconds kCloseGrace{250};
 
   std::unique_ptr<Connection> conn_;
   FifoRef out_, in_;

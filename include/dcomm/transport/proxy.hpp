@@ -123,10 +123,7 @@ class Proxy {
 
   // Called from the communicator's abort hook: tell every peer why (the code, then the text).
   void broadcast_abort(const Status& why) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      abort_message_ = abort_body(why.code(), why.message());
-    }
+    set_abort_message(why);
     send_abort_.store(true);
     sleeping_.store(true);  // force the eventfd write
     notify();
@@ -258,7 +255,15 @@ class Proxy {
       l->shutdown();
       lingering = true;
     }
-    if (healthy) send_control_all(ControlType::kBye);
+    if (healthy) {
+      send_control_all(ControlType::kBye);
+    } else if (!abort_sent_) {
+      // Aborted by another rank's notice: this rank leaves without a goodbye, and a peer that
+      // sees its connections close before that notice reaches it would name this rank as
+      // dead. The reason goes with it instead.
+      set_abort_message(abort_->status());
+      send_control_all(ControlType::kAbort);
+    }
     if (healthy && lingering) await_byes();
     for (auto& l : links_)
       if (!l->closes_before_bye()) l->shutdown();
@@ -368,12 +373,17 @@ class Proxy {
     }
   }
 
+  void set_abort_message(const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    abort_message_ = abort_body(why.code(), why.message());
+  }
   void send_control_all(ControlType type) {
     std::string text;
     {
       std::lock_guard<std::mutex> lock(mu_);
       text = abort_message_;
     }
+    abort_sent_ |= type == ControlType::kAbort;
     const std::string msg = control_frame(type, type == ControlType::kAbort ? text : std::string());
     for (auto& c : controls_)
       if (c.sock.valid())
@@ -406,6 +416,7 @@ class Proxy {
   long long flush_ms_ = 0;
   std::mutex mu_;
   std::string abort_message_;
+  bool abort_sent_ = false;  // the proxy thread's: this rank has told its peers why it aborted
 };
 
 // A link the proxy moves (TCP, UCX, verbs): the rank thread sees only its local FIFOs.
