@@ -51,6 +51,37 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
   CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) != Algorithm::kSingleCopy);
 }
 
+TEST_CASE("direct reduce_scatter and all_gather: one exchange of blocks up to DCOMM_DIRECT_BYTES in all, 3-8 ranks") {
+  Config c;
+  // bytes: the whole buffer (all_gather's output, reduce_scatter's input), as nccl-tests' size
+  auto pick = [&](OpKind k, size_t bytes, int ranks, double load = 1) {
+    return choose_algorithm({k, bytes / 4 / static_cast<size_t>(ranks), 4, ranks, false}, c, false,
+                            LinkModel::for_load(load))
+        .algorithm;
+  };
+  for (OpKind k : {OpKind::kAllGather, OpKind::kReduceScatter}) {
+    CAPTURE(to_string(k));
+    for (int ranks : {3, 4, 8}) {
+      CAPTURE(ranks);
+      for (double load : {1.0, 4.0}) {
+        CHECK(pick(k, 4u * static_cast<size_t>(ranks), ranks, load) == Algorithm::kDirect);
+        CHECK(pick(k, c.direct_bytes / 4 / static_cast<size_t>(ranks) * 4 * static_cast<size_t>(ranks), ranks, load) ==
+              Algorithm::kDirect);
+        CHECK(pick(k, (c.direct_bytes / 4 / static_cast<size_t>(ranks) + 1) * 4 * static_cast<size_t>(ranks), ranks,
+                   load) != Algorithm::kDirect);
+      }
+    }
+    CHECK(pick(k, 64, 2) == Algorithm::kRing);        // on two ranks the ring is the same one exchange
+    CHECK(pick(k, 16 * 9, 9) != Algorithm::kDirect);  // direct stops at 8 ranks
+    c.direct_bytes = 0;                               // 0 turns it off
+    CHECK(pick(k, 64, 4) != Algorithm::kDirect);
+    c.direct_bytes = Config{}.direct_bytes;
+  }
+  c.algo = *parse_algo("direct");  // forced: a call too large for one slot per block is not direct
+  CHECK(pick(OpKind::kAllGather, 8192, 4) == Algorithm::kDirect);
+  CHECK(pick(OpKind::kAllGather, 1 << 20, 4) != Algorithm::kDirect);
+}
+
 TEST_CASE("call shape: nccl-tests' size column and streaming of large out-of-place outputs") {
   Config c;
   CallShape ag{OpKind::kAllGather, 1000, 4, 4, false};

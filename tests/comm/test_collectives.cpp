@@ -58,7 +58,8 @@ TEST_CASE("matrix, threads as ranks, in-process transport") {
 // Each algorithm forced for every collective that has it (DCOMM_ALGO), on world sizes 1-8 and
 // 16, powers of two and not.
 TEST_CASE("matrix, threads as ranks, every algorithm forced") {
-  for (const char* algo : {"ring", "recursive_doubling", "rabenseifner;halving_doubling", "tree", "double_tree"}) {
+  for (const char* algo :
+       {"ring", "direct", "recursive_doubling", "rabenseifner;halving_doubling", "tree", "double_tree"}) {
     for (int size : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
       CAPTURE(algo);
       CAPTURE(size);

@@ -188,6 +188,19 @@ inline Status direct_all_reduce(const PeerSet& ps, const Reducer& r, const void*
   return direct_all_reduce(o, ps.rank, ps.size(), static_cast<const char*>(send), static_cast<char*>(recv), count, acc);
 }
 
+// The same, for reduce_scatter (count: per rank) and all_gather (bytes per rank); ps by rank.
+inline Status direct_reduce_scatter(const PeerSet& ps, const Reducer& r, const void* send, void* recv, size_t count) {
+  PortOps o(ps, &r, r.elem_bytes);
+  alignas(64) char acc[kDirectMaxBytes];
+  return direct_reduce_scatter(o, ps.rank, ps.size(), static_cast<const char*>(send), static_cast<char*>(recv), count,
+                               acc);
+}
+inline Status direct_all_gather(const PeerSet& ps, const void* send, void* recv, size_t bytes_per_rank) {
+  PortOps o(ps, nullptr, 1);
+  return direct_all_gather(o, ps.rank, ps.size(), static_cast<const char*>(send), static_cast<char*>(recv),
+                           bytes_per_rank);
+}
+
 // host_of[r]: the host index of rank r of ps.
 inline Status hierarchical_all_reduce(const PeerSet& ps, const std::vector<int>& host_of, const Reducer& r,
                                       const void* send, void* recv, size_t count, std::vector<char>& scratch) {

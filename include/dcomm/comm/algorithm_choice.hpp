@@ -32,16 +32,20 @@ inline int algo_index(OpKind k) { return static_cast<int>(k); }
 // The algorithms that can run this call (the cost model's candidates, plus the measured ones).
 inline std::vector<Algorithm> candidates(const CallShape& c, const Config& config, bool single_copy) {
   const bool all_peer = c.ranks >= 2 && c.ranks <= kAllPeerMaxRanks;
+  const bool direct = all_peer && c.bytes() <= std::min({kDirectMaxBytes, config.slot_bytes});
   std::vector<Algorithm> out{Algorithm::kRing};
   switch (c.kind) {
     case OpKind::kAllReduce:
-      if (all_peer && c.bytes() <= std::min({kDirectMaxBytes, config.slot_bytes})) out.push_back(Algorithm::kDirect);
+      if (direct) out.push_back(Algorithm::kDirect);
       out.insert(out.end(),
                  {Algorithm::kRecursiveDoubling, Algorithm::kRabenseifner, Algorithm::kTree, Algorithm::kDoubleTree});
       if (c.hosts > 1 && c.hosts < c.ranks) out.push_back(Algorithm::kHierarchical);
       break;
     case OpKind::kReduceScatter:
-    case OpKind::kAllGather: out.push_back(Algorithm::kHalvingDoubling); break;
+    case OpKind::kAllGather:
+      if (direct) out.push_back(Algorithm::kDirect);
+      out.push_back(Algorithm::kHalvingDoubling);
+      break;
     case OpKind::kBroadcast:
     case OpKind::kReduce: out.push_back(Algorithm::kTree); break;
     default: break;

@@ -137,6 +137,9 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in)
   const double al = m.alpha_us, ga = m.gamma_us_per_byte * in_cache;
   const double be = m.beta_us_per_byte * (c.hosts > 1 ? 1.0 : in_cache);  // the network is no faster for it
   if (n < 2) return 0;
+  // Direct is one step, but every rank waits for all n-1 others to have sent: fitted to 8
+  // ranks on 2 cores, where all_reduce took about 3 steps' time (recursive doubling's 3 took 5).
+  const double direct_steps = std::max(1.0, std::log2(n) - 0.5);
   switch (c.kind) {
     case OpKind::kAllReduce:
       switch (a) {
@@ -159,17 +162,17 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in)
         case Algorithm::kTree:  // reduce then broadcast, each pipelined down a binary tree
           return 2 * depth * al +
                  local(kTreeBytesFactor) * (2 * (depth - 1) * slice * (be + ga) + 4 * S * be + 2 * S * ga);
-        // One step, but every rank waits for all n-1 others to have sent: fitted to 8 ranks on
-        // 2 cores, where it took about 3 steps' time (recursive doubling's 3 steps took 5).
-        case Algorithm::kDirect: return std::max(1.0, std::log2(n) - 0.5) * al + (n - 1) * S * (be + ga);
+        case Algorithm::kDirect: return direct_steps * al + (n - 1) * S * (be + ga);
         default: return 2 * (n - 1) * al + 2 * (n - 1) / n * S * be + (n - 1) / n * S * ga;
       }
     case OpKind::kReduceScatter:
+      if (a == Algorithm::kDirect) return direct_steps * al + (n - 1) / n * S * (be + ga);
       if (a == Algorithm::kHalvingDoubling)  // plus a working copy of the input
         return (L + 2 * fold) * al + local(kHalvingDoublingBytesFactor) *
                                          (((p - 1) / p + fold + fold / n) * S * be + ((p - 1) / p + fold + 1) * S * ga);
       return (n - 1) * al + (n - 1) / n * S * (be + ga);
     case OpKind::kAllGather:
+      if (a == Algorithm::kDirect) return direct_steps * al + (n - 1) / n * S * be;
       if (a == Algorithm::kHalvingDoubling)
         return (L + 2 * fold) * al + local(kHalvingDoublingBytesFactor) * ((p - 1) / p + fold) * S * be;
       return (n - 1) * al + (n - 1) / n * S * be;

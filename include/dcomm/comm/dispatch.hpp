@@ -51,6 +51,10 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
     case Algorithm::kRing: break;
     case Algorithm::kDirect:
       DCOMM_RETURN_IF_ERROR(links.connect_all(f.order));
+      if (d.kind == OpKind::kReduceScatter)
+        return direct_reduce_scatter({links.all(), rank, c.config}, reducer, d.send, d.recv, d.count);
+      if (d.kind == OpKind::kAllGather)
+        return direct_all_gather({links.all(), rank, c.config}, d.send, d.recv, d.count * eb);
       return direct_all_reduce({links.all(), rank, c.config}, reducer, d.send, d.recv, d.count);
     case Algorithm::kOrdered:
       DCOMM_RETURN_IF_ERROR(links.connect_all(f.order));

@@ -64,8 +64,8 @@ inline bool algo_valid_for(const std::string& name, int collective) {
   static constexpr unsigned kValid[] = {
       bit(A::kRing) | bit(A::kDirect) | bit(A::kSingleCopy) | bit(A::kRecursiveDoubling) | bit(A::kRabenseifner) |
           bit(A::kTree) | bit(A::kDoubleTree) | bit(A::kHierarchical),
-      bit(A::kRing) | bit(A::kSingleCopy) | bit(A::kHalvingDoubling),
-      bit(A::kRing) | bit(A::kSingleCopy) | bit(A::kHalvingDoubling),
+      bit(A::kRing) | bit(A::kDirect) | bit(A::kSingleCopy) | bit(A::kHalvingDoubling),
+      bit(A::kRing) | bit(A::kDirect) | bit(A::kSingleCopy) | bit(A::kHalvingDoubling),
       bit(A::kRing) | bit(A::kSingleCopy) | bit(A::kTree), bit(A::kRing) | bit(A::kTree)};
   const auto a = parse_algorithm(name);
   return a && collective >= 0 && collective < 5 && (kValid[collective] & bit(*a)) != 0;
