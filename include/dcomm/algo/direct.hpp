@@ -18,8 +18,6 @@ DCOMM_NAMESPACE_BEGIN
 
 inline constexpr size_t kDirectMaxBytes = 16384;
 
-// count elements, at most one slot; acc: count elements of scratch (in place, recv is the
-// input that the peers are sent, so the fold cannot land there).
 namespace detail {
 // Receives count elements from every peer and folds them with this rank's `mine` in rank
 // order into acc, then finalizes (avg) and copies the result to recv.
@@ -35,6 +33,8 @@ Status fold_in_rank_order(Ops& o, int rank, int size, const char* mine, char* re
 }
 }  // namespace detail
 
+// count elements, at most one slot; acc: count elements of scratch (in place, recv is the
+// input that the peers are sent, so the fold cannot land there).
 template <class Ops>
 Status direct_all_reduce(Ops& o, int rank, int size, const char* send, char* recv, size_t count, char* acc) {
   for (int p = 0; p < size; ++p)
