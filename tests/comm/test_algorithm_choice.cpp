@@ -63,12 +63,12 @@ TEST_CASE("direct reduce_scatter and all_gather: one exchange of blocks up to DC
     CAPTURE(to_string(k));
     for (int ranks : {3, 4, 8}) {
       CAPTURE(ranks);
+      const size_t row = 4 * static_cast<size_t>(ranks);  // one float per rank
+      const size_t largest = c.direct_bytes / row * row;  // the most whole rows within the threshold
       for (double load : {1.0, 4.0}) {
-        CHECK(pick(k, 4u * static_cast<size_t>(ranks), ranks, load) == Algorithm::kDirect);
-        CHECK(pick(k, c.direct_bytes / 4 / static_cast<size_t>(ranks) * 4 * static_cast<size_t>(ranks), ranks, load) ==
-              Algorithm::kDirect);
-        CHECK(pick(k, (c.direct_bytes / 4 / static_cast<size_t>(ranks) + 1) * 4 * static_cast<size_t>(ranks), ranks,
-                   load) != Algorithm::kDirect);
+        CHECK(pick(k, row, ranks, load) == Algorithm::kDirect);
+        CHECK(pick(k, largest, ranks, load) == Algorithm::kDirect);
+        CHECK(pick(k, largest + row, ranks, load) != Algorithm::kDirect);
       }
     }
     CHECK(pick(k, 64, 2) == Algorithm::kRing);        // on two ranks the ring is the same one exchange

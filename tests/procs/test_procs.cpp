@@ -260,7 +260,8 @@ TEST_CASE("a rank that aborts and leaves: every survivor's error carries its rea
   for (const std::string transport : {"shm", "tcp"}) {
     CAPTURE(transport);
     for (int round = 0; round < 3; ++round) {
-      auto p = run_local({"abort_leave", "1"}, 4, {"DCOMM_TRANSPORT=" + transport, "DCOMM_TIMEOUT_MS=600000"}, 60s);
+      auto p =
+          run_local({"abort_leave", "1", "3"}, 4, {"DCOMM_TRANSPORT=" + transport, "DCOMM_TIMEOUT_MS=600000"}, 60s);
       check_all_exit(p, 3);
     }
   }

@@ -4,8 +4,8 @@
 //   die RANK N      all_reduce in a loop; rank RANK kills itself (SIGKILL) after N rounds;
 //                   survivors exit 3 when their error names rank RANK as dead (or a peer's
 //                   abort naming it), 4 otherwise
-//   abort_leave RANK  all_reduce in a loop; rank RANK aborts with a reason after 3 rounds and
-//                   leaves at once; survivors exit 3 when their error carries that reason
+//   abort_leave RANK N  all_reduce in a loop; rank RANK aborts with a reason after N rounds
+//                   and leaves at once; survivors exit 3 when their error carries that reason
 //   init            create the communicator and report its error, if any (exit 5)
 //   quick           one all_reduce, checked (exit 0)
 //   stop RANK N     all_reduce in a loop; rank RANK stops itself (SIGSTOP) after N rounds;
@@ -192,43 +192,34 @@ int main(int argc, char** argv) {
     if (c.rank() == 0) return 3;
     return !s.ok() && s.message().find("as one rendezvous where this rank receives") != std::string::npos ? 3 : 4;
   }
-  if (mode == "abort_leave" && argc > 2) {
-    // The victim aborts with a reason and leaves at once, mid-way through the rounds; every
-    // survivor's error must carry that reason, though the victim's closed links (and those of
-    // survivors that failed first and left) may reach it before the abort does.
-    const int victim = std::atoi(argv[2]);
-    std::vector<float> buf(1 << 16, 1.0f);
-    for (int i = 0;; ++i) {
-      if (c.rank() == victim && i == 3) {
-        c.abort("leaving on purpose");
-        return 3;
-      }
-      Status s = c.all_reduce(std::span(buf), ReduceOp::kMax);
-      if (!s.ok()) {
-        report("rank %d error: %s\n", c.rank(), s.message().c_str());
-        const std::string why = "rank " + std::to_string(victim) + " called abort(): leaving on purpose";
-        return s.message().find(why) != std::string::npos ? 3 : 4;
-      }
-    }
-  }
-  if ((mode == "die" || mode == "stop") && argc > 3) {
+  if ((mode == "die" || mode == "stop" || mode == "abort_leave") && argc > 3) {
     // The victim kills (SIGKILL) or stops (SIGSTOP) itself after `rounds` all_reduces (with
     // "p2p": ring shifts of 4 MiB, rendezvous over TCP and UCX, so survivors wait with their
     // receives posted into their buffers); a survivor passes when its error names the victim
-    // as dead, or as stopped responding.
+    // as dead, or as stopped responding. "abort_leave": the victim aborts with a reason and
+    // leaves at once; a survivor passes when its error carries that reason, though the
+    // victim's closed links (and those of survivors that failed first and left) may reach it
+    // before the abort does.
     const int victim = std::atoi(argv[2]), rounds = std::atoi(argv[3]);
-    const bool die = mode == "die", p2p = argc > 4 && std::string(argv[4]) == "p2p";
+    const bool die = mode == "die", stop = mode == "stop", p2p = argc > 4 && std::string(argv[4]) == "p2p";
     std::vector<float> buf(die ? 1 << 20 : 1 << 18, 1.0f), out(buf.size());
     const int next = (c.rank() + 1) % c.size(), prev = (c.rank() + c.size() - 1) % c.size();
     for (int i = 0;; ++i) {
-      if (c.rank() == victim && i == rounds) raise(die ? SIGKILL : SIGSTOP);
+      if (c.rank() == victim && i == rounds) {
+        if (!die && !stop) {
+          c.abort("leaving on purpose");
+          return 3;
+        }
+        raise(die ? SIGKILL : SIGSTOP);
+      }
       Status s = p2p ? c.send_recv(buf.data(), buf.size(), next, out.data(), out.size(), prev, DataType::kFloat32)
                      : c.all_reduce(std::span(buf), ReduceOp::kMax);
       if (!s.ok()) {
         report("rank %d error: %s\n", c.rank(), s.message().c_str());
         const std::string who = "rank " + std::to_string(victim);
-        const bool named = die ? s.message().find(who) != std::string::npos && s.code() == ErrorCode::kPeerFailure
-                               : s.message().find("stopped responding (" + who + " (host") != std::string::npos;
+        const bool named = die    ? s.message().find(who) != std::string::npos && s.code() == ErrorCode::kPeerFailure
+                           : stop ? s.message().find("stopped responding (" + who + " (host") != std::string::npos
+                                  : s.message().find(who + " called abort(): leaving on purpose") != std::string::npos;
         return named ? 3 : 4;
       }
     }
