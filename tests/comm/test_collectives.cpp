@@ -20,15 +20,7 @@ using namespace dcomm_test;
 namespace {
 // ranks_per_host > 0: pretended hosts of that many consecutive ranks; < 0: rank r on pretended
 // host r % -ranks_per_host (interleaved, so the ring order differs from rank order).
-void run_full_matrix(int size, TransportChoice transport, const std::string& algo = "", int ranks_per_host = 0,
-                     bool deterministic = false) {
-  Config config = test_config(transport);
-  config.deterministic = deterministic;
-  config.test_ranks_per_host = ranks_per_host > 0 ? ranks_per_host : 0;
-  config.test_cyclic_hosts = ranks_per_host < 0 ? -ranks_per_host : 0;
-  auto forced = parse_algo(algo);
-  REQUIRE(forced.ok());
-  config.algo = *forced;
+void run_full_matrix(int size, const Config& config) {
   auto comms = Communicator::create_local(size, config);
   REQUIRE_MESSAGE(comms.ok(), comms.status().message());
   std::mutex mu;
@@ -45,6 +37,18 @@ void run_full_matrix(int size, TransportChoice transport, const std::string& alg
   // 10 types x 5 counts x (2 x (5 ops x 3 reductions + all_gather + broadcast) + 2 p2p checks), per rank
   // (reduce is checked on the root only, so count at least the rest).
   CHECK(checked >= size * 10 * 5 * 2 * (5 * 2 + 2));
+}
+
+void run_full_matrix(int size, TransportChoice transport, const std::string& algo = "", int ranks_per_host = 0,
+                     bool deterministic = false) {
+  Config config = test_config(transport);
+  config.deterministic = deterministic;
+  config.test_ranks_per_host = ranks_per_host > 0 ? ranks_per_host : 0;
+  config.test_cyclic_hosts = ranks_per_host < 0 ? -ranks_per_host : 0;
+  auto forced = parse_algo(algo);
+  REQUIRE(forced.ok());
+  config.algo = *forced;
+  run_full_matrix(size, config);
 }
 }  // namespace
 
@@ -217,6 +221,25 @@ TEST_CASE("matrix, threads as ranks, shared-memory transport") {
     CAPTURE(size);
     run_full_matrix(size, TransportChoice::kShm);
   }
+}
+
+// The test slots (256 bytes) fit in a FIFO's lines (kSmallBytes), so the matrices above never
+// use a data area of a FIFO with more lines than slots: here slots of 1 KiB do (every count
+// but the largest fits a line, the largest takes several rounds of data areas), and FIFOs of
+// one line per slot (DCOMM_SMALL_SLOTS no more than DCOMM_SLOTS, the layout before lines).
+TEST_CASE("matrix, threads as ranks: FIFOs with lines apart from their data areas, and one line per slot") {
+  for (bool shm : {false, true})
+    for (int small_slots : {3, 64})
+      for (int size : {2, 3, 8}) {
+        CAPTURE(shm);
+        CAPTURE(small_slots);
+        CAPTURE(size);
+        Config config = test_config(shm ? TransportChoice::kShm : TransportChoice::kInproc);
+        config.slot_bytes = 1024;
+        config.slots = 3;
+        config.small_slots = small_slots;
+        run_full_matrix(size, config);
+      }
 }
 
 TEST_CASE("matrix, threads as ranks, TCP transport") {

@@ -122,12 +122,12 @@ TEST_CASE("init: rank out of range, empty world, duplicate rank, missing rank, u
 
 TEST_CASE("staging memory is bounded by DCOMM_MAX_STAGING_BYTES, with an error that names it") {
   Config c = test_config();
-  c.max_staging_bytes = fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots)) * 2;  // ring neighbours only
-  c.algo[0] = "ring";  // all_reduce on the ring (the latency algorithms talk to every peer)
+  c.max_staging_bytes = local_fifo_bytes(c) * 2;  // ring neighbours only
+  c.algo[0] = "ring";                             // all_reduce on the ring (the latency algorithms talk to every peer)
   auto comms = Communicator::create_local(4, c);
   REQUIRE(comms.ok());
   on_ranks(*comms, [&](Communicator& comm) {
-    CHECK(comm.staging_bytes() == 2 * fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots)));
+    CHECK(comm.staging_bytes() == 2 * local_fifo_bytes(c));
     // The ring runs within the bound...
     std::vector<int32_t> v(100, 1);
     CHECK(comm.all_reduce(std::span(v), ReduceOp::kSum).ok());

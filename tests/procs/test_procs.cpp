@@ -75,6 +75,17 @@ TEST_CASE("matrix, processes over shared memory, world sizes 1, 2, 3, 4, 5, 8") 
   }
 }
 
+// Slots of 1 KiB: small counts ride in the FIFOs' lines, the largest takes their data areas
+// (the matrix above fits every slot in a line); and one line per slot.
+TEST_CASE("matrix, processes over shared memory, FIFOs with lines apart from their data areas, and one per slot") {
+  for (const char* small_slots : {"DCOMM_SMALL_SLOTS=64", "DCOMM_SMALL_SLOTS=3"})
+    for (int size : {2, 3, 8}) {
+      CAPTURE(small_slots);
+      CAPTURE(size);
+      check_all_exit(run_local({"matrix"}, size, {"DCOMM_SLOT_BYTES=1024", "DCOMM_SLOTS=3", small_slots}), 0);
+    }
+}
+
 TEST_CASE("matrix, processes over shared memory with the single-copy paths from 1 KiB") {
   for (int size : {2, 3, 5}) {
     CAPTURE(size);

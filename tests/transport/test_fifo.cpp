@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include <thread>
@@ -148,6 +149,103 @@ TEST_CASE("fifo: a producer and a consumer thread pass a million slots in order"
     uint64_t v;
     std::memcpy(&v, f.payload(i, sizeof v), sizeof v);
     bad += v != i;
+    f.publish_head(i + 1);
+  }
+  producer.join();
+  CHECK(bad == 0);
+}
+
+// More lines than slots (shared-memory and in-process FIFOs): a message of up to kSmallBytes
+// takes only a line, so up to `lines` of them queue; a larger one also takes a data area,
+// shared by every `slots`-th line, so only `slots` of those queue.
+TEST_CASE("fifo: with more lines than slots, line-sized messages queue on every line and larger ones on the slots") {
+  Config c;
+  c.slot_bytes = 1024;
+  c.slots = 3;
+  const size_t lines = 8;
+  HeapFifo mem(c, lines);
+  FifoRef f = mem.fifo;
+  REQUIRE(f.valid());
+  CHECK(f.split());
+  CHECK(f.lines() == lines);
+  CHECK(f.slots() == 3);
+  CHECK(mem.bytes == fifo_bytes(c.slot_bytes, 3, lines));
+  CHECK(mem.bytes < fifo_bytes(c.slot_bytes, lines));  // cheaper than as many full slots
+  CHECK_FALSE(HeapFifo(c).fifo.split());               // one line per slot: the wires' layout
+  // Every payload of every size lies in the FIFO's memory, past its header.
+  for (uint64_t i = 0; i < 2 * lines; ++i)
+    for (uint64_t bytes : {0, 1, 32, 33, 448, 449, 1024}) {
+      const char* p = f.payload(i, bytes);
+      CHECK(p >= mem.memory + sizeof(FifoHeader));
+      CHECK(p + bytes <= mem.memory + mem.bytes);
+    }
+  for (uint64_t round = 0; round < 4; ++round) {
+    const uint64_t base = f.tail(std::memory_order_relaxed);
+    // Three large messages fill the data areas; line-sized ones still fit, up to the lines.
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(f.writable(kSmallBytes + 1));
+      std::memset(f.payload(f.tail(std::memory_order_relaxed), c.slot_bytes), 'A' + i, c.slot_bytes);
+      f.commit(c.slot_bytes);
+    }
+    CHECK_FALSE(f.writable(kSmallBytes + 1));
+    for (size_t i = 3; i < lines; ++i) {
+      REQUIRE(f.writable(kSmallBytes));
+      const uint64_t bytes = i % 2 ? kSmallBytes : kInlineBytes;
+      std::memset(f.payload(f.tail(std::memory_order_relaxed), bytes), 'a' + static_cast<int>(i), bytes);
+      f.commit(bytes);
+    }
+    CHECK_FALSE(f.writable(0));
+    // None overwrote another.
+    for (uint64_t i = 0; i < lines; ++i) {
+      const uint64_t h = base + i, bytes = f.size(h);
+      REQUIRE(f.ready(h));
+      const char want = i < 3 ? static_cast<char>('A' + i) : static_cast<char>('a' + i);
+      CHECK(bytes == (i < 3 ? c.slot_bytes : i % 2 ? kSmallBytes : kInlineBytes));
+      const char* p = f.payload(h, bytes);
+      CHECK(std::count(p, p + bytes, want) == static_cast<std::ptrdiff_t>(bytes));
+    }
+    // A large message waits until fewer than `slots` are queued ahead of it: the data area it
+    // takes is that of the slot `slots` before it.
+    f.publish_head(base + 1);
+    CHECK(f.writable(kSmallBytes));
+    CHECK_FALSE(f.writable(kSmallBytes + 1));
+    f.publish_head(base + lines - 3);
+    CHECK_FALSE(f.writable(kSmallBytes + 1));
+    f.publish_head(base + lines - 2);
+    CHECK(f.writable(kSmallBytes + 1));
+    f.publish_head(base + lines);
+  }
+}
+
+TEST_CASE("fifo: with more lines than slots, a producer and a consumer thread pass mixed sizes intact") {
+  Config c;
+  c.slot_bytes = 1024;
+  c.slots = 3;
+  HeapFifo mem(c, 16);
+  FifoRef f = mem.fifo;
+  const uint64_t n = 200'000;
+  // Sizes from 0 to a whole slot, mostly small, in a fixed pseudo-random order.
+  auto size_of = [&](uint64_t i) -> uint64_t {
+    const uint64_t x = (i * 2654435761u) >> 7;
+    return x % 4 == 0 ? x % (c.slot_bytes + 1) : x % (kSmallBytes + 1);
+  };
+  auto byte_of = [](uint64_t i, uint64_t k) { return static_cast<char>(i * 31 + k); };
+  std::thread producer([&] {
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t bytes = size_of(i);
+      while (!f.writable(bytes)) std::this_thread::yield();
+      char* p = f.payload(f.tail(std::memory_order_relaxed), bytes);
+      for (uint64_t k = 0; k < bytes; ++k) p[k] = byte_of(i, k);
+      f.commit(bytes);
+    }
+  });
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    while (!f.ready(i)) std::this_thread::yield();
+    const uint64_t bytes = f.size(i);
+    bad += bytes != size_of(i);
+    const char* p = f.payload(i, bytes);
+    for (uint64_t k = 0; k < bytes; ++k) bad += p[k] != byte_of(i, k);
     f.publish_head(i + 1);
   }
   producer.join();

@@ -74,7 +74,7 @@ class LinkTable {
     std::sort(want.begin(), want.end());
     want.erase(std::unique(want.begin(), want.end()), want.end());
     // Every link holds about one FIFO here (TCP: two); refuse before allocating past the bound.
-    const size_t per_link = fifo_bytes(config.slot_bytes, static_cast<size_t>(config.slots));
+    const size_t per_link = local_fifo_bytes(config);
     size_t after = staging_bytes();
     for (int p : want) after += per_link * (proxied((*c_.kinds)[static_cast<size_t>(p)]) ? 2 : 1);
     if (!want.empty() && after > config.max_staging_bytes)

@@ -114,6 +114,11 @@ struct Config {
   // Staging FIFO per directed peer link: slots x slot_bytes (DCOMM_SLOT_BYTES, DCOMM_SLOTS).
   size_t slot_bytes = 512 * 1024;
   int slots = 8;
+  // DCOMM_SMALL_SLOTS: a shared-memory or in-process FIFO's slots in all (at least
+  // DCOMM_SLOTS): a message of up to 32 bytes takes only a slot's 64-byte line, so a rank may
+  // queue this many small messages (a loop of small broadcasts, say) before it waits for the
+  // consumer, while larger ones still queue up to DCOMM_SLOTS.
+  int small_slots = 256;
   // DCOMM_TRANSPORT=auto|inproc|shm|tcp; auto picks inproc, then shm, then tcp per peer.
   TransportChoice transport = TransportChoice::kAuto;
   int sockets_per_peer = 2;          // DCOMM_SOCKETS_PER_PEER: TCP connections striped per peer
@@ -178,6 +183,7 @@ struct Config {
     auto timeout = env_size("DCOMM_TIMEOUT_MS", c.timeout.count(), 1, 1LL << 40);
     auto slot = env_size("DCOMM_SLOT_BYTES", static_cast<long long>(c.slot_bytes), 256, 1LL << 30);
     auto slots = env_size("DCOMM_SLOTS", c.slots, 3, 1024);  // 3 keeps the ring deadlock-free
+    auto small_slots = env_size("DCOMM_SMALL_SLOTS", c.small_slots, 3, 1 << 16);
     auto socks = env_size("DCOMM_SOCKETS_PER_PEER", c.sockets_per_peer, 1, 64);
     auto spin = env_size("DCOMM_SPIN", c.spin_iterations, -1, 1LL << 30);
     auto proxy_spin = env_size("DCOMM_PROXY_SPIN_US", c.proxy_spin_us, -1, 1LL << 30);
@@ -193,13 +199,14 @@ struct Config {
     auto per_host = env_size("DCOMM_TEST_RANKS_PER_HOST", 0, 0, 1 << 20);
     auto cyclic = env_size("DCOMM_TEST_CYCLIC_HOSTS", 0, 0, 1 << 20);
     for (const Status& s :
-         {timeout.status(), slot.status(), slots.status(), socks.status(), spin.status(), proxy_spin.status(),
-          zero_copy.status(), rendezvous.status(), stream.status(), direct.status(), staging.status(), cma.status(),
-          cma_reduce.status(), cma_oop.status(), per_host.status(), cyclic.status()})
+         {timeout.status(), slot.status(), slots.status(), small_slots.status(), socks.status(), spin.status(),
+          proxy_spin.status(), zero_copy.status(), rendezvous.status(), stream.status(), direct.status(),
+          staging.status(), cma.status(), cma_reduce.status(), cma_oop.status(), per_host.status(), cyclic.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
     c.slots = static_cast<int>(*slots);
+    c.small_slots = std::max(c.slots, static_cast<int>(*small_slots));
     c.sockets_per_peer = static_cast<int>(*socks);
     c.spin_iterations = static_cast<int>(*spin);
     c.proxy_spin_us = *proxy_spin;

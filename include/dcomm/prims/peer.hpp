@@ -62,11 +62,11 @@ class PeerPort {
   // Producer side: room for `bytes` (at most slot_bytes()) in the next slot, then commit()
   // with the same count.
   Result<char*> acquire_send(size_t bytes) {
-    DCOMM_RETURN_IF_ERROR(wait([this] { return writable(); }, /*sending=*/true));
+    DCOMM_RETURN_IF_ERROR(wait([this, bytes] { return writable(bytes); }, /*sending=*/true));
     return out_.payload(out_.tail(std::memory_order_relaxed), bytes);
   }
   bool try_acquire_send(size_t bytes, char** slot) {
-    if (!writable()) return false;
+    if (!writable(bytes)) return false;
     *slot = out_.payload(out_.tail(std::memory_order_relaxed), bytes);
     return true;
   }
@@ -86,12 +86,12 @@ class PeerPort {
   // there. `data` must not change until wait_sent() returns.
   // `rendezvous`: as try_post_rendezvous, waiting for a free slot.
   Status post_by_reference(const void* data, size_t bytes, const CallStamp* stamp = nullptr, bool rendezvous = false) {
-    DCOMM_RETURN_IF_ERROR(wait([this] { return writable(); }, /*sending=*/true));
+    DCOMM_RETURN_IF_ERROR(wait([this] { return writable(kByReference); }, /*sending=*/true));
     commit_by_reference(data, bytes, stamp, rendezvous);
     return {};
   }
   bool try_post_by_reference(const void* data, size_t bytes, const CallStamp* stamp) {
-    if (!writable()) return false;
+    if (!writable(kByReference)) return false;
     commit_by_reference(data, bytes, stamp);
     return true;
   }
@@ -107,7 +107,7 @@ class PeerPort {
   }
   // The sending end of one: `bytes` of any size at `data` (unchanged until wait_sent()).
   bool try_post_rendezvous(const void* data, size_t bytes, const CallStamp* stamp) {
-    if (!writable()) return false;
+    if (!writable(kByReference)) return false;
     commit_by_reference(data, bytes, stamp, /*rendezvous=*/true);
     return true;
   }
@@ -297,13 +297,14 @@ class PeerPort {
   }
 
  private:
-  // A free slot, reading the consumer's `head` (a cache line the consumer writes) only when
-  // the cached copy says the FIFO is full.
-  bool writable() {
-    uint64_t t = out_.tail(std::memory_order_relaxed);
-    if (t - head_cache_ < out_.slots()) return true;
+  // A free slot for `bytes` (FifoRef::room: more of them for a message that fits inline; a
+  // slot sent by reference takes a data area), reading the consumer's `head` (a cache line the
+  // consumer writes) only when the cached copy says the FIFO is full.
+  bool writable(uint64_t bytes) {
+    const uint64_t t = out_.tail(std::memory_order_relaxed), room = out_.room(bytes);
+    if (t - head_cache_ < room) return true;
     head_cache_ = out_.head();
-    return t - head_cache_ < out_.slots();
+    return t - head_cache_ < room;
   }
 
   void commit_by_reference(const void* data, size_t bytes, const CallStamp* stamp, bool rendezvous = false) {

@@ -13,6 +13,13 @@
 // Larger payloads follow in the slot's data area. A link that moves slots over a wire moves
 // the stamp and the payload as one run of bytes (wire() / wire_bytes()).
 //
+// The ranks' own FIFOs (shared memory, threads) have more slots than data areas: `lines`
+// slots (DCOMM_SMALL_SLOTS) of 512 bytes, with room for a payload of up to kSmallBytes after
+// the first line, and `slots` data areas (DCOMM_SLOTS x DCOMM_SLOT_BYTES) that slot i uses as
+// area i % slots. A producer may be `lines` small messages ahead of its consumer but only
+// `slots` large ones (room()), so a loop of small calls (broadcasts: the root never waits for
+// an answer) queues many before it waits, while the memory stays that of the data areas.
+//
 // A slot may instead refer to its payload where the producer keeps it (commit_ref): the size
 // word's top bit marks it and the inline area holds the address. Only a proxied link's send
 // FIFO carries such slots: its wire reads the payload from there (source()), so a large send
@@ -29,6 +36,7 @@
 // future device-side consumer can take it by value.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +51,8 @@ struct alignas(64) FifoHeader {
   static constexpr uint64_t kMagic = 0x64636f6d6d46494full;  // "dcommFIO"
   uint64_t magic;
   uint64_t slot_bytes;
-  uint64_t slots;
+  uint64_t slots;                          // slots with a data area: room for messages of more than kSmallBytes
+  uint64_t lines;                          // slots in all (at least `slots`): room for messages of up to kSmallBytes
   alignas(64) std::atomic<uint64_t> tail;  // slots committed by the producer
   alignas(64) std::atomic<uint64_t> head;  // slots released by the consumer
   // Set by a side that shuts down cleanly: no more slots will come / be consumed.
@@ -56,6 +65,10 @@ inline constexpr size_t kSlotHeaderBytes = 64;
 inline constexpr size_t kStampOffset = 16;   // seq, size, then the stamp (two words)
 inline constexpr size_t kInlineOffset = 32;  // then the inline payload
 inline constexpr size_t kInlineBytes = kSlotHeaderBytes - kInlineOffset;
+// A FIFO with more lines than slots (see FifoRef::slot) gives each line this much room after
+// its first cache line, for a message too large to go inline.
+inline constexpr size_t kSmallBytes = 448;
+inline constexpr size_t kLineBytes = kSlotHeaderBytes + kSmallBytes;
 inline constexpr uint64_t kByReference = uint64_t{1} << 63;  // in the size word: see commit_ref
 inline constexpr uint64_t kRendezvous = uint64_t{1} << 62;   // in the size word: see above
 inline constexpr uint64_t kSizeFlags = kByReference | kRendezvous;
@@ -64,8 +77,10 @@ inline constexpr uint64_t kSizeFlags = kByReference | kRendezvous;
 // which the transports move without reading.
 using SlotStamp = CallStamp;
 
-inline size_t fifo_bytes(size_t slot_bytes, size_t slots) {
-  return sizeof(FifoHeader) + slots * (kSlotHeaderBytes + slot_bytes);
+// `lines`: slots in all, of which `slots` have a data area (fewer lines than slots: as many).
+inline size_t fifo_bytes(size_t slot_bytes, size_t slots, size_t lines = 0) {
+  if (lines <= slots) return sizeof(FifoHeader) + slots * (kSlotHeaderBytes + slot_bytes);
+  return sizeof(FifoHeader) + lines * kLineBytes + slots * slot_bytes;
 }
 
 class FifoRef {
@@ -73,18 +88,19 @@ class FifoRef {
   FifoRef() = default;
   explicit FifoRef(void* memory) : h_(static_cast<FifoHeader*>(memory)) {}
 
-  // Lays out a FIFO in `memory` (fifo_bytes(slot_bytes, slots) of it).
-  static FifoRef initialize(void* memory, size_t slot_bytes, size_t slots) {
+  // Lays out a FIFO in `memory` (fifo_bytes(slot_bytes, slots, lines) of it).
+  static FifoRef initialize(void* memory, size_t slot_bytes, size_t slots, size_t lines = 0) {
     auto* h = new (memory) FifoHeader{};
     h->magic = FifoHeader::kMagic;
     h->slot_bytes = slot_bytes;
     h->slots = slots;
+    h->lines = std::max(lines, slots);
     h->tail.store(0, std::memory_order_relaxed);
     h->head.store(0, std::memory_order_relaxed);
     h->producer_closed.store(0, std::memory_order_relaxed);
     h->consumer_closed.store(0, std::memory_order_relaxed);
     FifoRef f(memory);
-    for (uint64_t i = 0; i < slots; ++i) std::memset(f.slot(i), 0, kSlotHeaderBytes);  // seq 0: nothing yet
+    for (uint64_t i = 0; i < h->lines; ++i) std::memset(f.slot(i), 0, kSlotHeaderBytes);  // seq 0: nothing yet
     std::atomic_thread_fence(std::memory_order_release);
     return f;
   }
@@ -92,13 +108,19 @@ class FifoRef {
   bool valid() const { return h_ && h_->magic == FifoHeader::kMagic; }
   size_t slot_bytes() const { return h_->slot_bytes; }
   uint64_t slots() const { return h_->slots; }
+  uint64_t lines() const { return h_->lines; }
+  bool split() const { return h_->lines != h_->slots; }  // lines apart from the data areas (slot())
+  // How many slots a producer may have ahead of the consumer's head when the next one holds
+  // `bytes`: every line for a message that fits in a line, else the slots with a data area.
+  uint64_t room(uint64_t bytes) const { return bytes <= kSmallBytes ? h_->lines : h_->slots; }
 
   uint64_t tail(std::memory_order mo = std::memory_order_acquire) const { return h_->tail.load(mo); }
   uint64_t head(std::memory_order mo = std::memory_order_acquire) const { return h_->head.load(mo); }
 
   // Where slot `index` (a running count; wraps over the ring) keeps a payload of `bytes`.
   char* payload(uint64_t index, uint64_t bytes) const {
-    return slot(index) + (bytes <= kInlineBytes ? kInlineOffset : kSlotHeaderBytes);
+    if (bytes <= kInlineBytes) return slot(index) + kInlineOffset;
+    return bytes <= kSmallBytes ? slot(index) + kSlotHeaderBytes : data(index);
   }
   uint64_t size(uint64_t index) const { return size_word(index) & ~kSizeFlags; }
   // Whether the slot's payload stays in the producer's memory (commit_ref), and where the
@@ -122,6 +144,7 @@ class FifoRef {
   // What a wire moves for slot `index`: its stamp and `bytes` of payload, contiguous from
   // wire(index); the receiving link lands them at wire() of its own slot and recovers the
   // payload size from the run's length (payload_of_wire: nothing when the length is no run's).
+  // Only for a FIFO with as many lines as slots (the wire transports' own).
   char* wire(uint64_t index) const { return slot(index) + kStampOffset; }
   static uint64_t wire_bytes(uint64_t bytes) {
     return (bytes <= kInlineBytes ? kInlineOffset : kSlotHeaderBytes) - kStampOffset + bytes;
@@ -133,14 +156,12 @@ class FifoRef {
   static constexpr uint64_t kRendezvousRun = kSlotHeaderBytes - kStampOffset + sizeof(uint64_t);
   uint64_t rendezvous_size(uint64_t index) const {
     uint64_t n;
-    std::memcpy(&n, slot(index) + kSlotHeaderBytes, sizeof n);
+    std::memcpy(&n, data(index), sizeof n);
     return n;
   }
   // The sending side: puts the payload's size after the inline area, making the run contiguous
   // (a slot sent by reference leaves its data area unused).
-  void set_rendezvous_size(uint64_t index, uint64_t n) const {
-    std::memcpy(slot(index) + kSlotHeaderBytes, &n, sizeof n);
-  }
+  void set_rendezvous_size(uint64_t index, uint64_t n) const { std::memcpy(data(index), &n, sizeof n); }
   static bool payload_of_wire(uint64_t wire, uint64_t* bytes) {
     if (wire >= kSlotHeaderBytes - kStampOffset + kInlineBytes + 1)
       return *bytes = wire - (kSlotHeaderBytes - kStampOffset), true;
@@ -153,7 +174,7 @@ class FifoRef {
   bool ready(uint64_t index) const { return seq(index).load(std::memory_order_acquire) == index + 1; }
 
   // Producer side.
-  bool writable() const { return tail(std::memory_order_relaxed) - head() < h_->slots; }
+  bool writable(uint64_t bytes = UINT64_MAX) const { return tail(std::memory_order_relaxed) - head() < room(bytes); }
   void commit(uint64_t bytes, const SlotStamp& stamp = {}) const { commit_word(bytes, stamp); }
   // A slot whose `bytes` (more than kInlineBytes) stay at `data`, which must not change until
   // the consumer releases the slot; `rendezvous`: for the receiver's own buffer (see above).
@@ -188,8 +209,19 @@ class FifoRef {
   std::atomic_ref<uint64_t> seq(uint64_t index) const {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot(index)));
   }
+  // Where slot `index` opens and where its data area is. With as many lines as slots, each
+  // slot's line is followed by its data area (what a wire moves from wire() is contiguous).
+  // With more lines, the lines (kLineBytes each, room for kSmallBytes after the first cache
+  // line) come first and slot i's larger payload goes to data area i % slots: that area is
+  // free once slot i - slots is released, which room() ensures.
   char* slot(uint64_t index) const {
-    return reinterpret_cast<char*>(h_) + sizeof(FifoHeader) + (index % h_->slots) * (kSlotHeaderBytes + h_->slot_bytes);
+    const uint64_t stride = split() ? kLineBytes : kSlotHeaderBytes + h_->slot_bytes;
+    return reinterpret_cast<char*>(h_) + sizeof(FifoHeader) + (index % h_->lines) * stride;
+  }
+  char* data(uint64_t index) const {
+    if (!split()) return slot(index) + kSlotHeaderBytes;
+    return reinterpret_cast<char*>(h_) + sizeof(FifoHeader) + h_->lines * kLineBytes +
+           (index % h_->slots) * h_->slot_bytes;
   }
   FifoHeader* h_ = nullptr;
 };

@@ -14,7 +14,8 @@ DCOMM_NAMESPACE_BEGIN
 
 namespace detail {
 struct InprocPair {
-  InprocPair(const Config& c) : low_to_high(c), high_to_low(c) {}
+  InprocPair(const Config& c)
+      : low_to_high(c, static_cast<size_t>(c.small_slots)), high_to_low(c, static_cast<size_t>(c.small_slots)) {}
   HeapFifo low_to_high;
   HeapFifo high_to_low;
 };

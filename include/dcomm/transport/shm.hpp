@@ -155,15 +155,15 @@ inline Result<ShmMapping> open_shm_region(const std::string& path, size_t bytes,
 }
 
 inline Result<ShmMapping> create_shm_fifo(const std::string& path, const Config& c) {
-  auto m = create_shm_region(path, fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots)), c.shm_dir,
-                             "one shared-memory FIFO");
-  if (m.ok()) FifoRef::initialize(m->get(), c.slot_bytes, static_cast<size_t>(c.slots));
+  auto m = create_shm_region(path, local_fifo_bytes(c), c.shm_dir, "one shared-memory FIFO");
+  if (m.ok())
+    FifoRef::initialize(m->get(), c.slot_bytes, static_cast<size_t>(c.slots), static_cast<size_t>(c.small_slots));
   return m;
 }
 
 inline Result<ShmMapping> open_shm_fifo(const std::string& path, const Config& c) {
-  return open_shm_region(path, fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots)), /*unlink_now=*/true,
-                         "shared-memory FIFO", "do all ranks set the same DCOMM_SLOT_BYTES and DCOMM_SLOTS?");
+  return open_shm_region(path, local_fifo_bytes(c), /*unlink_now=*/true, "shared-memory FIFO",
+                         "do all ranks set the same DCOMM_SLOT_BYTES, DCOMM_SLOTS and DCOMM_SMALL_SLOTS?");
 }
 }  // namespace detail
 

@@ -200,12 +200,19 @@ class Transport {
   virtual Result<std::unique_ptr<Connection>> connect(const ConnectContext& ctx) = 0;
 };
 
-// Heap memory for a FIFO that only this process touches.
+// The bytes of one FIFO between ranks of one host (shared memory, threads): DCOMM_SMALL_SLOTS
+// slots, DCOMM_SLOTS data areas (transport/fifo.hpp).
+inline size_t local_fifo_bytes(const Config& c) {
+  return fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots), static_cast<size_t>(c.small_slots));
+}
+
+// Heap memory for a FIFO that only this process touches. `lines`: its slots in all, more
+// than c.slots for a FIFO its ranks share directly (a wire's FIFOs keep one line per slot).
 struct HeapFifo {
-  explicit HeapFifo(const Config& c)
-      : bytes(fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots))),
+  explicit HeapFifo(const Config& c, size_t lines = 0)
+      : bytes(fifo_bytes(c.slot_bytes, static_cast<size_t>(c.slots), lines)),
         memory(static_cast<char*>(std::aligned_alloc(4096, (bytes + 4095) & ~size_t{4095}))),
-        fifo(FifoRef::initialize(memory, c.slot_bytes, static_cast<size_t>(c.slots))) {}
+        fifo(FifoRef::initialize(memory, c.slot_bytes, static_cast<size_t>(c.slots), lines)) {}
   ~HeapFifo() { std::free(memory); }
   HeapFifo(const HeapFifo&) = delete;
   HeapFifo& operator=(const HeapFifo&) = delete;
