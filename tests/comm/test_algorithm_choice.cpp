@@ -6,7 +6,7 @@ using namespace dcomm;
 
 TEST_CASE("algorithm choice: direct for small all_reduce, single copy where measured faster, ring otherwise") {
   Config
-      c;  // defaults: direct <= 4 KiB, single copy from 16 KiB (all_gather/broadcast), from 1 MiB (all_reduce, reduce_scatter; below 48 MiB out of place unless registered)
+      c;  // defaults: direct <= 4 KiB, single copy from 16 KiB (all_gather/broadcast), from 1 MiB (all_reduce, reduce_scatter; below 24 MiB out of place unless registered)
   auto pick = [&](OpKind k, size_t bytes, int ranks, bool single_copy, size_t eb = 4, bool in_place = false) {
     return choose_algorithm({k, bytes / eb, eb, ranks, in_place}, c, single_copy).algorithm;
   };
@@ -19,7 +19,11 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
   CHECK(pick(OpKind::kAllReduce, 4 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kAllReduce, 4 << 20, 2, false) == Algorithm::kRing);
   // from DCOMM_CMA_OUT_OF_PLACE_BYTES: single copy only if every output is from mem_alloc
-  CHECK(pick(OpKind::kAllReduce, 32 << 20, 2, true) == Algorithm::kSingleCopy);
+  CHECK(pick(OpKind::kAllReduce, c.cma_out_of_place_bytes - 64, 2, true) == Algorithm::kSingleCopy);
+  CHECK(pick(OpKind::kAllReduce, c.cma_out_of_place_bytes, 2, true) == Algorithm::kSingleCopyIfRegistered);
+  // reduce_scatter's size is its input: twice its output on 2 ranks
+  CHECK(pick(OpKind::kReduceScatter, c.cma_out_of_place_bytes / 2 - 64, 2, true) == Algorithm::kSingleCopy);
+  CHECK(pick(OpKind::kReduceScatter, c.cma_out_of_place_bytes / 2, 2, true) == Algorithm::kSingleCopyIfRegistered);
   CHECK(pick(OpKind::kAllReduce, 64 << 20, 2, true) == Algorithm::kSingleCopyIfRegistered);
   CHECK(pick(OpKind::kAllReduce, 64 << 20, 2, true, 4, true) == Algorithm::kSingleCopy);  // unless in place
   CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) == Algorithm::kSingleCopy);

@@ -101,8 +101,9 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
         // moves less memory than single copy through the kernel, whose writes into a peer's
         // cold output read each line first (all_reduce) and whose reads pin every page
         // (reduce_scatter); below it the buffers stay in cache and single copy is ahead (2
-        // ranks, all_reduce: 8.8-9.1 against 5.9-6.2 GB/s at 16 MiB, 6.7-7.1 against 6.1-6.3 at
-        // 32-40 MiB; 4.7-4.9 against 5.1-5.7 at 64). In place single copy stays ahead. With every rank's
+        // ranks, all_reduce, interleaved: 2.7-2.9 against 2.9-3.0 ms at 16 MiB, 4.8-5.4 against
+        // 4.5-4.6 at 24 MiB, 8.4-9.7 against 6.3-7.1 at 32; where the crossing falls moves with
+        // the last-level cache: 32-48 MiB on an earlier machine). In place single copy stays ahead. With every rank's
         // buffers from dcomm::mem_alloc, single copy reaches them by plain loads and streaming
         // stores and wins at every size; the ranks learn that from the descriptors it swaps
         // first, so this choice is deferred to them.

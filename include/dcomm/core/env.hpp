@@ -164,8 +164,9 @@ struct Config {
   size_t cma_reduce_bytes = 1u << 20;
   // DCOMM_CMA_OUT_OF_PLACE_BYTES: out-of-place all_reduce and reduce_scatter calls from this
   // size take single copy only when every rank's buffers are from dcomm::mem_alloc; below it,
-  // through the kernel too (measured on 2 ranks: ahead of the ring up to 32-48 MiB, behind from 64).
-  size_t cma_out_of_place_bytes = 48u << 20;
+  // through the kernel too (measured on 2 ranks, 2026-12-03: ahead of the ring at 16 MiB, behind
+  // it from 24 MiB, all_reduce and reduce_scatter alike).
+  size_t cma_out_of_place_bytes = 24u << 20;
   // DCOMM_ALGO: an algorithm forced per collective (see parse_algo); empty = the cost model's.
   std::array<std::string, 5> algo;
   // DCOMM_TEST_RANKS_PER_HOST: for tests, the algorithms treat every k consecutive ranks as one
