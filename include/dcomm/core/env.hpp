@@ -115,9 +115,9 @@ struct Config {
   size_t slot_bytes = 512 * 1024;
   int slots = 8;
   // DCOMM_SMALL_SLOTS: a shared-memory or in-process FIFO's slots in all (at least
-  // DCOMM_SLOTS): a message of up to 32 bytes takes only a slot's 64-byte line, so a rank may
-  // queue this many small messages (a loop of small broadcasts, say) before it waits for the
-  // consumer, while larger ones still queue up to DCOMM_SLOTS.
+  // DCOMM_SLOTS): a message of up to 448 bytes stays in its 512-byte slot and needs no data
+  // area, so a rank may queue this many small messages (a loop of small broadcasts, say)
+  // before it waits for the consumer, while larger ones still queue up to DCOMM_SLOTS.
   int small_slots = 256;
   // DCOMM_TRANSPORT=auto|inproc|shm|tcp; auto picks inproc, then shm, then tcp per peer.
   TransportChoice transport = TransportChoice::kAuto;
