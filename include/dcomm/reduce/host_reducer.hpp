@@ -3,6 +3,8 @@
 // and compile once.
 #pragma once
 
+#include <array>
+
 #include <cstddef>
 #include <cstring>
 
@@ -118,10 +120,26 @@ inline Status scale_on_host(void* dst, const void* src, size_t count, DataType t
 }
 
 // allow_simd = false gives the portable loops (the reference the SIMD ones are tested against).
+// Every collective call makes one, so they are all made once, on the first call, and a call's
+// is a lookup in that table (the switch through dispatch_type cost a store-forwarding stall
+// in every call).
 inline Result<Reducer> make_host_reducer(DataType type, ReduceOp op, int ranks, bool allow_simd = true) {
   if (!is_valid(type)) return invalid_argument("unknown data type ", static_cast<int>(type));
   if (!is_valid(op)) return invalid_argument("unknown reduction op ", static_cast<int>(op));
-  return dispatch_type(type, [&]<class T>() { return detail::make_reducer_for<T>(op, ranks, allow_simd); });
+  using Table = std::array<std::array<std::array<Reducer, kNumReduceOps>, kNumDataTypes>, 2>;
+  static const Table table = [] {
+    Table t{};
+    for (int simd = 0; simd < 2; ++simd)
+      for (int ty = 0; ty < kNumDataTypes; ++ty)
+        for (int o = 0; o < kNumReduceOps; ++o)
+          t[simd][ty][o] = dispatch_type(static_cast<DataType>(ty), [&]<class T>() {
+            return detail::make_reducer_for<T>(static_cast<ReduceOp>(o), 1, simd != 0);
+          });
+    return t;
+  }();
+  Reducer r = table[allow_simd ? 1 : 0][static_cast<size_t>(type)][static_cast<size_t>(op)];
+  r.ranks = ranks;
+  return r;
 }
 
 DCOMM_NAMESPACE_END
