@@ -198,4 +198,17 @@ TEST_CASE("choice cache: a shape seen before is not weighed again; another shape
   weighed = 0;
   CHECK(get(ar, Algorithm::kTree).algorithm == Algorithm::kTree);
   CHECK(weighed == 1);
+  // A loop that alternates shapes differing in one field only keeps both cached: each field
+  // reaches the slot, not just the comparison.
+  for (CallShape other :
+       {CallShape{OpKind::kAllReduce, 2, 4, 2, true}, CallShape{OpKind::kAllReduce, 2, 2, 2, false},
+        CallShape{OpKind::kAllReduce, 2, 4, 4, false}, CallShape{OpKind::kAllReduce, 2, 4, 2, false, 2}}) {
+    cache.clear();
+    weighed = 0;
+    for (int i = 0; i < 4; ++i) {
+      get(ar, Algorithm::kTree);
+      get(other, Algorithm::kRing);
+    }
+    CHECK(weighed == 2);
+  }
 }

@@ -160,9 +160,11 @@ class ChoiceCache {
     Choice choice{};
   };
   static constexpr size_t kEntries = 64;
+  // Every word, and every bit of it, reaches the slot (multiplied, then the top bits), so
+  // shapes that differ in one field only (in and out of place, say) need not share one.
   static size_t slot(const Key& k) {
-    const size_t h = (k[0] * 0x9E3779B97F4A7C15ull) ^ (k[1] << 1);
-    return ((h >> 29) ^ h) % kEntries;
+    const uint64_t h = ((k[0] * 0x9E3779B97F4A7C15ull) ^ (k[1] * 0xC2B2AE3D27D4EB4Full) ^ k[2]) * 0xFF51AFD7ED558CCDull;
+    return static_cast<size_t>(h >> 58) % kEntries;
   }
   std::array<Entry, kEntries> entries_{};
 };
