@@ -305,7 +305,7 @@ Status run_device(ncclComm* c, const Call& k) {
     const void* send = k.send;
     void* copy = nullptr;
     if (k.kind == Call::kAlltoAll && k.send == k.recv && k.count > 0) {  // in place: send from a copy
-      auto scratch = adapter::device_scratch(k.count * k.elem() * static_cast<size_t>(c->size()), s);
+      auto scratch = adapter::device_scratch(d, k.count * k.elem() * static_cast<size_t>(c->size()), s);
       if (!scratch.ok()) return scratch.status();
       copy = *scratch;
       cudaMemcpyAsync(copy, k.send, k.count * k.elem() * static_cast<size_t>(c->size()), cudaMemcpyDeviceToDevice,
@@ -322,15 +322,14 @@ Status run_device(ncclComm* c, const Call& k) {
       st = op.kind == P2POp::Kind::kSend ? adapter::device_send(d, op.buffer, op.bytes(), op.peer, s)
                                          : adapter::device_recv(d, op.buffer, op.bytes(), op.peer, s);
     }
-    Status end = adapter::device_group_end(d);
-    if (copy) adapter::device_scratch_free(copy, s);
+    Status end = adapter::device_group_end(d);  // the copy is freed once the outermost group is launched
     return st.ok() ? end : st;
   }
   const void* send = k.send;
   void* scaled = nullptr;
   if (k.premul) {
     const size_t n = reduce_input(k, c->size());
-    auto scratch = adapter::device_scratch(n * k.elem(), s);
+    auto scratch = adapter::device_scratch(d, n * k.elem(), s);  // freed once the group is launched
     if (!scratch.ok()) return scratch.status();
     scaled = *scratch;
     const void* factor = k.premul->on_device ? k.premul->device_factor : k.premul->value;
@@ -347,7 +346,6 @@ Status run_device(ncclComm* c, const Call& k) {
     case Call::kReduceScatter: st = adapter::device_reduce_scatter(d, send, k.recv, k.count, k.type, k.op, s); break;
     default: break;
   }
-  if (scaled) adapter::device_scratch_free(scaled, s);
   return st;
 }
 

@@ -46,33 +46,70 @@ TEST_CASE("a pair talks through host memory on both ends when either end asks fo
   for (uint8_t v : agree_pair_paths(none, n)) CHECK(v == 0);
 }
 
-TEST_CASE("channels: by the multiprocessors per rank, never more than can be resident at once") {
-  // Two ranks on one 132-SM GPU, one resident block per SM: 66 channels each.
+TEST_CASE("channels: by the multiprocessors per rank, never more than can be resident at once, spare ones aside") {
+  // 132 SMs keep 16 spare (an eighth): 116 for the path's blocks.
+  CHECK(spare_sms(132) == 16);
+  CHECK(spare_sms(8) == 2);
+  CHECK(spare_sms(2) == 0);
+  // Two ranks on one 132-SM GPU, one resident block per SM: 58 channels each.
   std::vector<DeviceRankFacts> two = {gpu("0000:01", 132, 1), gpu("0000:01", 132, 1)};
-  CHECK(agree_device_channels(two) == 64);  // the arena's bound
-  // Four ranks sharing it: 33 each, all 132 blocks resident.
+  CHECK(agree_device_channels(two) == 58);
+  // One rank: the arena's bound.
+  CHECK(agree_device_channels({gpu("0000:01", 132, 2)}) == 64);
+  // Four ranks sharing it: 29 each, 116 blocks resident and 16 SMs left for other kernels
+  // (all 132 taken, one copy kernel of the caller's would leave a ring waiting for ever).
   std::vector<DeviceRankFacts> four(4, gpu("0000:01", 132, 1));
-  CHECK(agree_device_channels(four) == 33);
-  // DCOMM_CUDA_CHANNELS=64 on four ranks at 1024 threads (one block an SM): 64 x 4 = 256
-  // blocks would not be resident together and the rings would wait on each other for ever.
+  CHECK(agree_device_channels(four) == 29);
+  CHECK(agree_device_channels(four) * 4 <= 132 - spare_sms(132));
+  // DCOMM_CUDA_CHANNELS=64 on four ranks at one block an SM: 64 x 4 = 256 blocks would not be
+  // resident together and the rings would wait on each other for ever.
   std::vector<DeviceRankFacts> greedy(4, gpu("0000:01", 132, 1, 64));
   std::string why;
   const int c = agree_device_channels(greedy, &why);
-  CHECK(c * 4 <= 132);
-  CHECK(c == 33);
+  CHECK(c * 4 <= 132 - spare_sms(132));
+  CHECK(c == 29);
   CHECK(why.find("resident") != std::string::npos);
-  // Two blocks an SM fit: the request stands.
-  std::vector<DeviceRankFacts> fits(4, gpu("0000:01", 132, 2, 64));
+  // Three blocks an SM fit: the request stands.
+  std::vector<DeviceRankFacts> fits(4, gpu("0000:01", 132, 3, 64));
   CHECK(agree_device_channels(fits) == 64);
   // Different GPUs: the smallest bound over them, so the FIFO layout agrees.
   std::vector<DeviceRankFacts> mixed = {gpu("0000:01", 132, 1), gpu("0000:02", 20, 1), gpu("0000:02", 20, 1)};
-  CHECK(agree_device_channels(mixed) == 10);
+  CHECK(agree_device_channels(mixed) == 9);  // (20 - 2 spare) / 2
   // Ranks asking for different counts: the smallest request, the same everywhere.
   std::vector<DeviceRankFacts> asks = {gpu("0000:01", 132, 4, 8), gpu("0000:02", 132, 4, 5)};
   CHECK(agree_device_channels(asks) == 5);
   // A GPU reporting no residency still gets one channel at least.
   std::vector<DeviceRankFacts> odd = {gpu("0000:01", 0, 0)};
   CHECK(agree_device_channels(odd) == 1);
+}
+
+TEST_CASE("send/recv grids: an all-to-all of every rank sharing one GPU is resident at once, a larger group refused") {
+  for (int n : {2, 4, 6, 8}) {
+    CAPTURE(n);
+    std::vector<DeviceRankFacts> ranks(static_cast<size_t>(n), gpu("0000:01", 132, 1));
+    const DeviceLaunchPlan plan = agree_device_plan(ranks);
+    CHECK(plan.p2p_channels >= 1);
+    CHECK(plan.p2p_channels <= 2);  // DCOMM_CUDA_P2P_CHANNELS
+    const int lanes = 2 * n;        // a send and a receive lane for every rank, itself included
+    const long long all_ranks = static_cast<long long>(n) * lanes * plan.p2p_channels;
+    if (n <= 6) {
+      // Every rank's whole all-to-all grid together within the GPU, spare SMs aside.
+      CHECK(check_p2p_grid(lanes, plan, 0).ok());
+      CHECK(all_ranks <= 132 - spare_sms(132));
+    } else {
+      // 8 ranks x 16 lanes cannot all be resident on 116 SMs: refused, naming the sizes.
+      Status s = check_p2p_grid(lanes, plan, 3);
+      CHECK(s.code() == ErrorCode::kOutOfResources);
+      CHECK_MESSAGE(s.message().find("send/recv group on rank 3: 16 lanes") != std::string::npos, s.message());
+      CHECK_MESSAGE(s.message().find("split the group") != std::string::npos, s.message());
+    }
+  }
+  // Six ranks: without the bound, 2 channels a lane would need 6 x 12 x 2 = 144 blocks on 132 SMs.
+  std::vector<DeviceRankFacts> six(6, gpu("0000:01", 132, 1));
+  CHECK(agree_device_plan(six).p2p_channels == 1);
+  // Two ranks keep the two channels asked for.
+  std::vector<DeviceRankFacts> pair(2, gpu("0000:01", 132, 1));
+  CHECK(agree_device_plan(pair).p2p_channels == 2);
 }
 
 TEST_CASE("ranks with different FIFO settings are refused, naming both") {

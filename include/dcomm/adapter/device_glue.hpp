@@ -34,11 +34,11 @@ Status device_error(DeviceHandle* d);
 // Ends this rank's waiting kernels now and aborts the host communicator.
 void device_abort(DeviceHandle* d, const std::string& why);
 
-// Stream-ordered scratch (cudaMallocAsync; capturable), and dst[i] = src[i] * factor on
-// `stream`, the factor one element of `type` in device memory (read when the kernel runs)
-// or, when factor_on_device is false, in host memory (read now).
-Result<void*> device_scratch(size_t bytes, void* stream);
-void device_scratch_free(void* p, void* stream);
+// Stream-ordered scratch (cudaMallocAsync; capturable) for the next call's input, freed by
+// `d` once the group it joins (or the call alone) is launched, after the kernels that read it;
+// and dst[i] = src[i] * factor on `stream`, the factor one element of `type` in device memory
+// (read when the kernel runs) or, when factor_on_device is false, in host memory (read now).
+Result<void*> device_scratch(DeviceHandle* d, size_t bytes, void* stream);
 Status device_scale(void* dst, const void* src, size_t count, DataType type, const void* factor, bool factor_on_device,
                     void* stream);
 

@@ -53,13 +53,9 @@ Status device_group_end(DeviceHandle* d) { return d->comm->group_end(); }
 Status device_error(DeviceHandle* d) { return d->comm->error(); }
 void device_abort(DeviceHandle* d, const std::string& why) { d->comm->abort(why); }
 
-Result<void*> device_scratch(size_t bytes, void* stream) {
-  void* p = nullptr;
-  Status s = cuda_status(cudaMallocAsync(&p, bytes ? bytes : 1, as_stream(stream)), "cudaMallocAsync (scratch)");
-  if (!s.ok()) return s;
-  return p;
+Result<void*> device_scratch(DeviceHandle* d, size_t bytes, void* stream) {
+  return d->comm->scratch(bytes, as_stream(stream));
 }
-void device_scratch_free(void* p, void* stream) { cudaFreeAsync(p, as_stream(stream)); }
 Status device_scale(void* dst, const void* src, size_t count, DataType type, const void* factor, bool factor_on_device,
                     void* stream) {
   return scale_on_device(dst, src, count, type, factor, factor_on_device, as_stream(stream));

@@ -15,10 +15,19 @@
 // A set-up that fails on one rank aborts the host communicator, so the others, which may be
 // waiting in set-up's exchanges, fail at once with its reason.
 //
+// Streams: a communicator's launches are ordered one after the other whatever streams they
+// are on (each waits for the previous one's event), as NCCL orders a communicator's work, so
+// two streams never race on its FIFOs. Set-up and teardown wait only for this communicator's
+// own work (a stream of its own, its last launch), never for the whole GPU, where other
+// communicators' kernels may be waiting on peers. Several ranks in one process each use a
+// stream: CUDA_DEVICE_MAX_CONNECTIONS (set to 32 here when unset, before CUDA starts) keeps
+// their kernels off shared hardware queues, where one could wait behind another forever.
+//
 // Failure: device waits poll an abort flag in mapped host memory and give up at the deadline
-// (DCOMM_TIMEOUT_MS), recording the peer; a watchdog thread raises the flag when the host
-// communicator aborts (a dead peer, abort() on any rank) and aborts the host communicator
-// when a kernel reports a failure, so every rank's kernels end. error() says what happened.
+// (DCOMM_TIMEOUT_MS), recording the peer; a block given work it cannot run records that too;
+// a watchdog thread raises the flag when the host communicator aborts (a dead peer, abort()
+// on any rank) and aborts the host communicator when a kernel reports a failure, so every
+// rank's kernels end. error() says what happened.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +41,8 @@
 #include <vector>
 
 #include "dcomm/comm/communicator.hpp"
+#include "dcomm/comm/device_group.hpp"
+#include "dcomm/comm/device_kernels.cuh"
 #include "dcomm/comm/device_plan.hpp"
 #include "dcomm/comm/device_staging.cuh"
 #include "dcomm/comm/device_work.hpp"
@@ -42,16 +53,6 @@
 #include "dcomm/transport/cuda_ipc.cuh"
 
 DCOMM_NAMESPACE_BEGIN
-
-namespace detail {
-template <class T>
-__global__ void __launch_bounds__(kMaxDeviceThreads) coll_kernel(DeviceCollWork w) {
-  run_coll_channel<BlockTeam, T>(BlockTeam{}, w, static_cast<int>(blockIdx.x));
-}
-__global__ void __launch_bounds__(kMaxDeviceThreads) p2p_kernel(DeviceP2pWork w) {
-  run_p2p_block(BlockTeam{}, w, static_cast<int>(blockIdx.x));
-}
-}  // namespace detail
 
 class DeviceCommunicator {
  public:
@@ -64,6 +65,7 @@ class DeviceCommunicator {
   // With explicit settings instead of the environment's (the ranks' FIFO settings must match;
   // channels and pair paths are agreed as with the environment's).
   static Result<std::unique_ptr<DeviceCommunicator>> create(Communicator& host, int device, const DeviceConfig& cfg) {
+    detail::raise_device_connections();
     std::unique_ptr<DeviceCommunicator> d(new DeviceCommunicator(host, device, cfg));
     Status s = d->set_up();
     if (!s.ok()) {
@@ -82,13 +84,16 @@ class DeviceCommunicator {
     stop_ = true;
     if (watchdog_.joinable()) watchdog_.join();
     detail::DeviceGuard on(device_);
-    cudaDeviceSynchronize();
+    if (launched_) cudaEventSynchronize(launched_);  // this communicator's last launch, and so every earlier one
+    if (setup_stream_) cudaStreamSynchronize(setup_stream_);
     arenas_.close_peers();
     if (ready_ && !staged_only_ && size() > 1 && !host_.aborted()) host_.barrier().ignore();
     arenas_.release();
     for (void* p : device_allocs_) cudaFree(p);
     if (control_) cudaFreeHost(control_);
     staging_.reset();
+    if (launched_) cudaEventDestroy(launched_);
+    if (setup_stream_) cudaStreamDestroy(setup_stream_);
   }
   DeviceCommunicator(const DeviceCommunicator&) = delete;
   DeviceCommunicator& operator=(const DeviceCommunicator&) = delete;
@@ -150,6 +155,19 @@ class DeviceCommunicator {
     return flush();
   }
 
+  // Stream-ordered scratch (cudaMallocAsync on `stream`, which may be capturing) for the next
+  // call's input: freed on that stream once the group it joins (or the call alone) has been
+  // launched, after the kernels that read it. Adapters use it for PreMulSum's scaled input and
+  // an in-place all-to-all's copy.
+  Result<void*> scratch(size_t bytes, cudaStream_t stream) {
+    detail::DeviceGuard on(device_);
+    void* p = nullptr;
+    DCOMM_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(&p, bytes ? bytes : 1, stream),
+                                      detail::cat("cudaMallocAsync of ", bytes, " bytes of scratch")));
+    group_.keep_scratch(p);
+    return p;
+  }
+
   // The first failure a kernel or the staging path reported, or the host communicator's abort.
   Status error() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -175,6 +193,9 @@ class DeviceCommunicator {
 
   Status set_up() {
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), detail::cat("cudaSetDevice(", device_, ")")));
+    DCOMM_RETURN_IF_ERROR(
+        cuda_status(cudaStreamCreateWithFlags(&setup_stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    DCOMM_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&launched_, cudaEventDisableTiming), "cudaEventCreate"));
     const int n = size(), me = rank();
     const SetupFacts& agreed_at_init = host_.facts();  // hosts and ring order, as the host path has them
     staged_only_ = agreed_at_init.hosts > 1;
@@ -198,7 +219,7 @@ class DeviceCommunicator {
         cuda_status(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, device_), "cudaDeviceGetPCIBusId"));
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&mine.sms, cudaDevAttrMultiProcessorCount, device_),
                                       "cudaDeviceGetAttribute"));
-    auto resident = resident_blocks_per_sm(cfg_.threads);
+    auto resident = resident_blocks_per_sm(cfg_.threads, device_);
     if (!resident.ok()) return resident.status();
     mine.resident_per_sm = *resident;
     mine.requested_channels = cfg_.channels;
@@ -209,12 +230,13 @@ class DeviceCommunicator {
     std::vector<DeviceRankFacts> facts(usize());
     DCOMM_RETURN_IF_ERROR(host_.all_gather(&mine, facts.data(), sizeof mine, DataType::kUint8));
     DCOMM_RETURN_IF_ERROR(check_device_shapes(facts, me));
-    std::string limited_by;
-    cfg_.channels = agree_device_channels(facts, &limited_by);
-    cfg_.p2p_channels = std::min(cfg_.p2p_channels, cfg_.channels);  // they use the first channels' FIFOs
+    plan_ = agree_device_plan(facts);
+    cfg_.channels = plan_.channels;
+    cfg_.p2p_channels = plan_.p2p_channels;
     DCOMM_LOG(kInfo, kSubsysInit, me, "device communicator on CUDA device ", device_, " (", mine.bus_id, ", ", mine.sms,
-              " multiprocessors, ", mine.resident_per_sm, " blocks of ", cfg_.threads,
-              " threads each): ", cfg_.channels, " channels (", limited_by, ")");
+              " multiprocessors, ", mine.resident_per_sm, " blocks of ", cfg_.threads, " threads each, ",
+              spare_sms(mine.sms), " kept spare): ", cfg_.channels, " channels (", plan_.why, "), ", cfg_.p2p_channels,
+              " a send/recv lane, at most ", plan_.p2p_blocks, " send/recv blocks");
     std::vector<uint8_t> wants_host(usize(), 0), all_wants(usize() * usize(), 0);
     std::vector<int> peer_device(usize(), -1);
     for (int r = 0; r < n; ++r) {
@@ -245,7 +267,8 @@ class DeviceCommunicator {
     bool other_process = false;  // CUDA IPC only where some peer needs it
     for (int r = 0; r < n; ++r) other_process = other_process || !same_process(r);
     ArenaAddress where;
-    DCOMM_RETURN_IF_ERROR(arenas_.create(layout_.bytes(), other_process, any_host, host_.config().shm_dir, me, &where));
+    DCOMM_RETURN_IF_ERROR(
+        arenas_.create(layout_.bytes(), other_process, any_host, host_.config().shm_dir, me, setup_stream_, &where));
     std::vector<ArenaAddress> published(usize());
     DCOMM_RETURN_IF_ERROR(host_.all_gather(&where, published.data(), sizeof where, DataType::kUint8));
     std::vector<ArenaView> views(usize());
@@ -259,87 +282,40 @@ class DeviceCommunicator {
       const ArenaView& v = views[static_cast<size_t>(owner)];
       return pair_host_[static_cast<size_t>(other == rank() ? owner : other)] ? v.host : v.device;
     };
-    const int C = cfg_.channels;
-    std::vector<DeviceConn> sends(usize() * static_cast<size_t>(C)), recvs(sends.size());
-    char* local_dev = views[static_cast<size_t>(me)].device;
-    // The FIFO from `from` to `to` on channel c, seen from this rank's end `role` (0: it sends,
-    // 1: it receives): its slots and posted counter in `holder` (the receiver's arena), its
-    // freed counter in `other` (the sender's), this rank's step counter for the pair.
-    auto fifo = [&](char* holder, int from, char* other, int to, int c, int role) -> DeviceConn {
-      const int peer = role == 0 ? to : from;
-      return {holder + layout_.slots(from, c),
-              reinterpret_cast<uint64_t*>(holder + layout_.posted(from, c)),
-              reinterpret_cast<uint64_t*>(other + layout_.freed(to, c)),
-              reinterpret_cast<uint64_t*>(local_dev + layout_.step(peer, c, role)),
-              cfg_.nslots,
-              cfg_.slot_bytes,
-              peer};
-    };
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      for (int c = 0; c < C; ++c) {
-        char* theirs = arena(p, me);  // p's arena, where my FIFO to p lives
-        char* mine_a = arena(me, p);  // my arena, where p's FIFO to me lives
-        if (!theirs || !mine_a) return make_error(ErrorCode::kInternal, "no arena for the pair with rank ", p);
-        sends[layout_.index(p, c)] = fifo(theirs, me, mine_a, p, c, 0);
-        recvs[layout_.index(p, c)] = fifo(mine_a, p, theirs, me, c, 1);
-      }
-    }
     // The ring in the host communicator's order (the topology's): from prev, to next.
     const std::vector<int>& order = agreed_at_init.order;
     pos_of_ = agreed_at_init.pos_of;
     const int pos = pos_of_[static_cast<size_t>(me)];
     const int prev = order[static_cast<size_t>((pos + n - 1) % n)], next = order[static_cast<size_t>((pos + 1) % n)];
-    std::vector<DeviceConn> ring(2 * static_cast<size_t>(C));
-    if (n > 1)
-      for (int c = 0; c < C; ++c) {
-        ring[2 * static_cast<size_t>(c)] = recvs[layout_.index(prev, c)];
-        ring[2 * static_cast<size_t>(c) + 1] = sends[layout_.index(next, c)];
-      }
+    auto wired = wire_device_fifos(layout_, me, n, cfg_, views[static_cast<size_t>(me)].device, arena, prev, next);
+    if (!wired.ok()) return wired.status();
+    const auto& [sends, recvs, ring] = *wired;
     DCOMM_RETURN_IF_ERROR(upload(ring, &ring_conns_));
     DCOMM_RETURN_IF_ERROR(upload(sends, &send_conns_));
     DCOMM_RETURN_IF_ERROR(upload(recvs, &recv_conns_));
     std::vector<int> block_of(order.begin(), order.end());
     DCOMM_RETURN_IF_ERROR(upload(block_of, &block_of_));
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+    DCOMM_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(setup_stream_), "cudaStreamSynchronize (set-up)"));
     // Nobody writes into a peer's FIFO before every rank has mapped and zeroed its own.
     DCOMM_RETURN_IF_ERROR(host_.barrier());
     return start_watchdog();
   }
 
-  // Blocks of the collective kernels one multiprocessor holds at `threads` a block: the
-  // fewest over the types (their register use differs), and the send/recv kernel's.
-  Status occupancy_of(const void* kernel, int threads, int* fewest) const {
-    int blocks = 0;
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0),
-                                      "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
-    *fewest = std::min(*fewest, blocks);
-    return {};
-  }
-  Result<int> resident_blocks_per_sm(int threads) const {
-    int fewest = 1 << 20;
-    for (int t = 0; t < kNumDataTypes; ++t)
-      DCOMM_RETURN_IF_ERROR(dispatch_type(static_cast<DataType>(t), [&]<class T>() {
-        return occupancy_of(reinterpret_cast<const void*>(&detail::coll_kernel<T>), threads, &fewest);
-      }));
-    DCOMM_RETURN_IF_ERROR(occupancy_of(reinterpret_cast<const void*>(&detail::p2p_kernel), threads, &fewest));
-    if (fewest < 1)
-      return make_error(ErrorCode::kOutOfResources, "no collective kernel of ", threads,
-                        " threads fits on one multiprocessor of CUDA device ", device_, " (lower DCOMM_CUDA_THREADS)");
-    return fewest;
-  }
-
+  // Set-up's memory work goes on its own stream (the legacy stream's cudaMemset/cudaMemcpy
+  // would wait for other communicators' kernels); set_up() waits for that stream alone.
   Status device_alloc(void** p, size_t bytes) {
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaMalloc(p, bytes), "cudaMalloc"));
     device_allocs_.push_back(*p);
-    return cuda_status(cudaMemset(*p, 0, bytes), "cudaMemset");
+    return cuda_status(cudaMemsetAsync(*p, 0, bytes, setup_stream_), "cudaMemsetAsync");
   }
   template <class T>
   Status upload(const std::vector<T>& v, T** out) {
     void* p = nullptr;
     DCOMM_RETURN_IF_ERROR(device_alloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)));
     *out = static_cast<T*>(p);
-    return cuda_status(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+    DCOMM_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpyAsync(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, setup_stream_), "cudaMemcpyAsync"));
+    return cuda_status(cudaStreamSynchronize(setup_stream_), "cudaStreamSynchronize (set-up)");  // v is pageable
   }
   bool same_process(int r) const { return host_.peer(r).process_id == host_.peer(rank()).process_id; }
 
@@ -353,10 +329,8 @@ class DeviceCommunicator {
           reported_ = true;
           __atomic_thread_fence(__ATOMIC_ACQUIRE);
           const DeviceError e = control_->error;
-          Status s = make_error(e.code == DeviceStatus::kTimeout ? ErrorCode::kTimeout : ErrorCode::kAborted,
-                                "a kernel on rank ", rank(), " (CUDA device ", device_, ", channel ", e.channel, ") ",
-                                e.code == DeviceStatus::kTimeout ? "timed out" : "was aborted", " waiting for ",
-                                e.waiting_for_data ? "data from " : "room at ", host_.peer(e.peer).describe());
+          const std::string peer = e.peer >= 0 && e.peer < size() ? host_.peer(e.peer).describe() : "no peer";
+          Status s = device_error_status(e, rank(), device_, peer);
           set_error(s);
           if (!host_.aborted()) host_.abort(s.message());
         }
@@ -390,8 +364,8 @@ class DeviceCommunicator {
     const size_t eb = size_of(d.type);
     DCOMM_RETURN_IF_ERROR(check_buffer(op, "the send buffer", d.send, send_elems * eb));
     DCOMM_RETURN_IF_ERROR(check_buffer(op, "the receive buffer", d.recv, recv_elems * eb));
-    DCOMM_RETURN_IF_ERROR(same_stream(op, stream));
-    if (staged_only_) return staging_->enqueue(d, send_elems * eb, recv_elems * eb, stream);
+    if (staged_only_) return staged(d, send_elems * eb, recv_elems * eb, stream);
+    DCOMM_RETURN_IF_ERROR(group_.use_stream(op, rank(), stream));
     const bool bytes = copy_only(d.kind);
     DeviceCollWork w;
     w.kind = d.kind;
@@ -407,7 +381,7 @@ class DeviceCommunicator {
     w.channels = cfg_.channels;
     w.conns = ring_conns_;
     w.ctl = ctl_;
-    pending_.push_back({w, bytes ? DataType::kUint8 : d.type});
+    group_.add_collective(w, bytes ? DataType::kUint8 : d.type);
     return group_depth_ ? Status{} : flush();
   }
 
@@ -420,67 +394,80 @@ class DeviceCommunicator {
     const char* op = is_send ? "send" : "recv";
     const size_t bytes = m.count * size_of(m.type);
     DCOMM_RETURN_IF_ERROR(check_buffer(op, "the buffer", m.buffer, bytes));
-    DCOMM_RETURN_IF_ERROR(same_stream(op, stream));
     if (staged_only_)
       return make_error(ErrorCode::kUnsupported, op, " on rank ", rank(),
                         ": device send/recv between hosts is not staged yet; use the host communicator");
-    if (!add_p2p_item(p2p_, {m.buffer, bytes, m.peer, is_send ? 1 : 0}))
+    DCOMM_RETURN_IF_ERROR(group_.use_stream(op, rank(), stream));
+    if (!group_.add_send_recv({m.buffer, bytes, m.peer, is_send ? 1 : 0}))
       return invalid_argument(op, " on rank ", rank(), ": more than ", DeviceP2pWork::kMaxItems,
                               " send/recv calls in one group");
     return group_depth_ ? Status{} : flush();
   }
 
-  Status same_stream(const char* op, cudaStream_t stream) {
-    if (group_depth_ && has_stream_ && stream != group_stream_)
-      return invalid_argument(op, " on rank ", rank(), ": every call of a group must use one stream");
-    group_stream_ = stream;
-    has_stream_ = true;
-    return {};
+  // A staged call (another host in the communicator): ordered after this communicator's
+  // previous launch like a kernel, so two streams never run the host communicator at once.
+  Status staged(const OpDesc& d, size_t in_bytes, size_t out_bytes, cudaStream_t stream) {
+    DCOMM_RETURN_IF_ERROR(order_after_previous(stream));
+    DCOMM_RETURN_IF_ERROR(staging_->enqueue(d, in_bytes, out_bytes, stream));
+    return mark_launched(stream);
+  }
+  // A captured stream's work runs when its graph is launched, ordered by where that is.
+  static bool capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone;
+  }
+  Status order_after_previous(cudaStream_t stream) {
+    if (capturing(stream)) return {};
+    return cuda_status(cudaStreamWaitEvent(stream, launched_, 0), "cudaStreamWaitEvent (the previous launch)");
+  }
+  Status mark_launched(cudaStream_t stream) {
+    if (capturing(stream)) return {};
+    return cuda_status(cudaEventRecord(launched_, stream), "cudaEventRecord");
   }
 
-  // Launches what the group (or the single call) holds: collectives in call order, then one
-  // kernel for all sends and receives.
+  // Launches what the group (or the single call) holds, in comm/device_group.hpp's steps:
+  // everything checked first, after the previous launch, collectives in call order, then one
+  // kernel for all sends and receives, then the scratch they read is freed.
   Status flush() {
-    has_stream_ = false;
-    auto pending = std::move(pending_);
-    pending_.clear();
-    DeviceP2pWork p2p = p2p_;
-    p2p_ = DeviceP2pWork{};
-    for (const auto& c : pending) {
-      dispatch_type(c.type, [&]<class T>() {
-        detail::coll_kernel<T><<<cfg_.channels, cfg_.threads, 0, group_stream_>>>(c.work);
-        return 0;
-      });
-      DCOMM_RETURN_IF_ERROR(
-          cuda_status(cudaGetLastError(), detail::cat("launching a collective kernel on rank ", rank())));
+    DeviceGroup::Launch l = group_.close(rank(), plan_);
+    const auto stream = static_cast<cudaStream_t>(l.stream);
+    Status first = l.status;
+    for (const LaunchStep& step : l.steps) {
+      Status s;
+      const bool launches = step.kind == LaunchStep::kCollective || step.kind == LaunchStep::kSendRecv;
+      if (launches && !first.ok()) continue;  // the rest of a group whose launch failed stays out
+      switch (step.kind) {
+        case LaunchStep::kWaitPrevious: s = order_after_previous(stream); break;
+        case LaunchStep::kCollective: {
+          const DeviceGroup::Collective& c = l.collectives[step.index];
+          dispatch_type(c.type, [&]<class T>() {
+            detail::coll_kernel<T><<<cfg_.channels, cfg_.threads, 0, stream>>>(c.work);
+            return 0;
+          });
+          s = cuda_status(cudaGetLastError(), detail::cat("launching a collective kernel on rank ", rank()));
+          break;
+        }
+        case LaunchStep::kSendRecv: {
+          DeviceP2pWork& p2p = l.p2p;
+          p2p.channels = cfg_.p2p_channels;
+          p2p.conn_channels = cfg_.channels;
+          p2p.rank = rank();
+          p2p.send_conns = send_conns_;
+          p2p.recv_conns = recv_conns_;
+          p2p.ctl = ctl_;
+          detail::p2p_kernel<<<p2p.nlanes * p2p.channels, cfg_.threads, 0, stream>>>(p2p);
+          s = cuda_status(cudaGetLastError(), detail::cat("launching a send/recv kernel on rank ", rank()));
+          break;
+        }
+        case LaunchStep::kFreeScratch:
+          s = cuda_status(cudaFreeAsync(step.scratch, stream), "cudaFreeAsync (scratch)");
+          break;
+        case LaunchStep::kMarkLaunched: s = mark_launched(stream); break;
+      }
+      if (first.ok()) first = s;
     }
-    int to_self = 0;  // sends to this rank minus receives from it: the copy needs both
-    for (int i = 0; i < p2p.nitems; ++i)
-      if (p2p.items[i].peer == rank()) to_self += p2p.items[i].is_send ? 1 : -1;
-    if (to_self != 0)
-      return invalid_argument("send/recv on rank ", rank(),
-                              ": a send to this rank and its receive must be in one group (",
-                              to_self > 0 ? "a send has no receive" : "a receive has no send", ")");
-    if (p2p.nitems) {
-      // A lane's blocks must all be resident with the peers' (a send waits for their
-      // receives): few per lane, the same number on every rank.
-      p2p.channels = cfg_.p2p_channels;
-      p2p.conn_channels = cfg_.channels;
-      p2p.rank = rank();
-      p2p.send_conns = send_conns_;
-      p2p.recv_conns = recv_conns_;
-      p2p.ctl = ctl_;
-      detail::p2p_kernel<<<p2p.nlanes * p2p.channels, cfg_.threads, 0, group_stream_>>>(p2p);
-      DCOMM_RETURN_IF_ERROR(
-          cuda_status(cudaGetLastError(), detail::cat("launching a send/recv kernel on rank ", rank())));
-    }
-    return {};
+    return first;
   }
-
-  struct PendingColl {
-    DeviceCollWork work;
-    DataType type;
-  };
 
   Communicator& host_;
   int device_;
@@ -498,11 +485,11 @@ class DeviceCommunicator {
   void* barrier_buf_ = nullptr;
   Control* control_ = nullptr;
   DeviceControl ctl_;
+  DeviceLaunchPlan plan_;
+  cudaStream_t setup_stream_ = nullptr;
+  cudaEvent_t launched_ = nullptr;  // recorded after each launch; the next one waits for it
   int group_depth_ = 0;
-  bool has_stream_ = false;
-  cudaStream_t group_stream_ = nullptr;
-  std::vector<PendingColl> pending_;
-  DeviceP2pWork p2p_{};
+  DeviceGroup group_;
   std::unique_ptr<DeviceStaging> staging_;  // another host in the communicator
   mutable std::mutex mu_;
   Status error_;

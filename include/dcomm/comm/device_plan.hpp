@@ -6,9 +6,10 @@
 //     only when both ends say so (one side with DCOMM_CUDA_P2P_DISABLE=1, or peer access
 //     one way only, puts the pair on host memory on both sides);
 //   - the number of channels (blocks per collective): DCOMM_CUDA_CHANNELS, else the GPU's
-//     multiprocessors over the ranks sharing it, and never more than can be resident at once:
-//     a ring's channels on every rank of a GPU wait on each other, so every block of every
-//     sharing rank must be resident together or the kernels deadlock;
+//     multiprocessors over the ranks sharing it, and never more than can be resident at once
+//     with some multiprocessors spare: a ring's channels on every rank of a GPU wait on each
+//     other, so every block of every sharing rank must be resident together or the kernels
+//     deadlock; send/recv groups' grids have the same bound;
 //   - the FIFO shape (slots, slot bytes), which must be the same everywhere, and where each
 //     FIFO lies in its owner's arena (ArenaLayout).
 // With the sizes a user sets (DeviceConfig).
@@ -23,6 +24,7 @@
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/status.hpp"
+#include "dcomm/prims/device_prims.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
@@ -96,29 +98,72 @@ inline int ranks_sharing_gpu(const std::vector<DeviceRankFacts>& facts, size_t r
   return std::max(1, sharing);
 }
 
-// The channels every rank uses. The smallest residency bound over the GPUs wins, so the FIFO
-// layout is the same everywhere; `why` says what limited it (for the log).
-inline int agree_device_channels(const std::vector<DeviceRankFacts>& facts, std::string* why = nullptr) {
-  int requested = 0;
-  for (const auto& f : facts)
+// Multiprocessors no collective or send/recv block of this path may count on: other kernels
+// (the caller's compute, a framework's copies, another process's context) take some at any
+// moment, and a ring whose last block is not resident waits for it until the deadline. An
+// eighth (two at least) is kept free. Not a timing: a share of the GPU, the same on any GPU.
+inline int spare_sms(int sms) { return sms <= 2 ? 0 : std::max(2, sms / 8); }
+
+// What the ranks of a device communicator agree to launch (the same numbers on every rank).
+struct DeviceLaunchPlan {
+  int channels = 1;      // blocks per collective
+  int p2p_channels = 1;  // blocks per lane (one peer, one direction) of a send/recv group
+  int p2p_blocks = 1;    // the most blocks one rank's send/recv kernel may have resident
+  std::string why;       // what limited the channels (for the log)
+};
+
+// The smallest residency bound over the GPUs wins, so the FIFO layout is the same everywhere.
+// Every block of every rank sharing a GPU must be resident together, spare multiprocessors
+// aside; a send/recv group's lanes all wait on peers' lanes, so its grid has the same bound,
+// and p2p_channels shrinks until an all-to-all (a send and a receive lane for every rank,
+// itself included) fits in it.
+inline DeviceLaunchPlan agree_device_plan(const std::vector<DeviceRankFacts>& facts) {
+  int requested = 0, p2p_requested = 1 << 20;
+  for (const auto& f : facts) {
     if (f.requested_channels > 0)
       requested = requested == 0 ? f.requested_channels : std::min(requested, f.requested_channels);
+    p2p_requested = std::min(p2p_requested, std::max(1, f.p2p_channels));
+  }
   long long by_gpus = kMaxDeviceChannels, resident = kMaxDeviceChannels;  // 64-bit: facts are another rank's numbers
   for (size_t r = 0; r < facts.size(); ++r) {
     const long long sharing = ranks_sharing_gpu(facts, r), sms = std::max(0, facts[r].sms);
-    by_gpus = std::min(by_gpus, std::max(1LL, sms / sharing));
-    // Every block of every sharing rank at once; a GPU that reported no residency holds one
-    // block per multiprocessor at least (any kernel that launches does).
+    const long long usable = sms - spare_sms(static_cast<int>(std::min<long long>(sms, 1 << 20)));
+    by_gpus = std::min(by_gpus, std::max(1LL, usable / sharing));
+    // A GPU that reported no residency holds one block per multiprocessor at least (any
+    // kernel that launches does).
     const long long per_sm = std::max(1, facts[r].resident_per_sm);
-    resident = std::min(resident, std::max(1LL, sms * per_sm / sharing));
+    resident = std::min(resident, std::max(1LL, usable * per_sm / sharing));
   }
+  DeviceLaunchPlan plan;
   long long channels = requested > 0 ? requested : by_gpus;
-  std::string reason = requested > 0 ? "DCOMM_CUDA_CHANNELS" : "multiprocessors per rank sharing a GPU";
+  plan.why = requested > 0 ? "DCOMM_CUDA_CHANNELS" : "multiprocessors per rank sharing a GPU, spare ones aside";
   if (channels > resident)
-    channels = resident, reason = "blocks resident at once on the GPU (over the ranks sharing it)";
-  if (channels > kMaxDeviceChannels) channels = kMaxDeviceChannels, reason = "the most channels a FIFO arena holds";
-  if (why) *why = reason;
-  return static_cast<int>(std::max(1LL, channels));
+    channels = resident, plan.why = "blocks resident at once on the GPU (over the ranks sharing it, spare ones aside)";
+  if (channels > kMaxDeviceChannels) channels = kMaxDeviceChannels, plan.why = "the most channels a FIFO arena holds";
+  plan.channels = static_cast<int>(std::max(1LL, channels));
+  plan.p2p_blocks = static_cast<int>(resident);
+  const long long all_to_all_lanes = 2 * static_cast<long long>(std::max<size_t>(1, facts.size()));
+  const long long p2p = std::min<long long>({p2p_requested, plan.channels, resident / all_to_all_lanes});
+  plan.p2p_channels = static_cast<int>(std::max(1LL, p2p));  // they use the first channels' FIFOs
+  return plan;
+}
+// The collective channels alone (see agree_device_plan).
+inline int agree_device_channels(const std::vector<DeviceRankFacts>& facts, std::string* why = nullptr) {
+  DeviceLaunchPlan plan = agree_device_plan(facts);
+  if (why) *why = plan.why;
+  return plan.channels;
+}
+
+// A send/recv group of `lanes` lanes launches lanes x p2p_channels blocks, which must all be
+// resident with the peers' (a send waits for its receive): a larger group is refused before
+// anything is launched, rather than left to wait until the deadline.
+inline Status check_p2p_grid(int lanes, const DeviceLaunchPlan& plan, int rank) {
+  const long long blocks = static_cast<long long>(lanes) * plan.p2p_channels;
+  if (blocks <= plan.p2p_blocks) return {};
+  return make_error(ErrorCode::kOutOfResources, "send/recv group on rank ", rank, ": ", lanes,
+                    " lanes (peers x directions) of ", plan.p2p_channels, " blocks need ", blocks,
+                    " blocks resident at once, and this rank's share of its GPU holds ", plan.p2p_blocks,
+                    " (the ranks sharing the GPU, spare multiprocessors aside): split the group");
 }
 
 // Everything that shapes the FIFO arenas must match: a rank with other DCOMM_CUDA_SLOTS or
@@ -146,6 +191,52 @@ inline std::vector<uint8_t> agree_pair_paths(const std::vector<uint8_t>& wants_h
       host[ab] = wants_host[ab] || wants_host[ba];
     }
   return host;
+}
+
+// This rank's ends of every FIFO, [peer][channel], and its ring's [channel][from prev, to next].
+struct DeviceFifos {
+  std::vector<DeviceConn> sends, recvs, ring;
+};
+// The FIFO p -> q lives in q's arena of the pair's kind: `arena(owner, other)` is where
+// `owner` keeps the FIFOs of its pair with `other` (null: none mapped); `local` is this
+// rank's own device arena (its step counters).
+template <class ArenaOf>
+Result<DeviceFifos> wire_device_fifos(const ArenaLayout& layout, int me, int n, const DeviceConfig& cfg, char* local,
+                                      ArenaOf arena, int prev, int next) {
+  const int C = cfg.channels;
+  DeviceFifos f;
+  f.sends.resize(static_cast<size_t>(n) * static_cast<size_t>(C));
+  f.recvs.resize(f.sends.size());
+  // The FIFO from `from` to `to` on channel c, seen from this rank's end `role` (0: it sends,
+  // 1: it receives): its slots and posted counter in `holder` (the receiver's arena), its
+  // freed counter in `other` (the sender's), this rank's step counter for the pair.
+  auto fifo = [&](char* holder, int from, char* other, int to, int c, int role) -> DeviceConn {
+    const int peer = role == 0 ? to : from;
+    return {holder + layout.slots(from, c),
+            reinterpret_cast<uint64_t*>(holder + layout.posted(from, c)),
+            reinterpret_cast<uint64_t*>(other + layout.freed(to, c)),
+            reinterpret_cast<uint64_t*>(local + layout.step(peer, c, role)),
+            cfg.nslots,
+            cfg.slot_bytes,
+            peer};
+  };
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    for (int c = 0; c < C; ++c) {
+      char* theirs = arena(p, me);  // p's arena, where my FIFO to p lives
+      char* mine = arena(me, p);    // my arena, where p's FIFO to me lives
+      if (!theirs || !mine) return make_error(ErrorCode::kInternal, "no arena for the pair with rank ", p);
+      f.sends[layout.index(p, c)] = fifo(theirs, me, mine, p, c, 0);
+      f.recvs[layout.index(p, c)] = fifo(mine, p, theirs, me, c, 1);
+    }
+  }
+  f.ring.resize(2 * static_cast<size_t>(C));
+  if (n > 1)
+    for (int c = 0; c < C; ++c) {
+      f.ring[2 * static_cast<size_t>(c)] = f.recvs[layout.index(prev, c)];
+      f.ring[2 * static_cast<size_t>(c) + 1] = f.sends[layout.index(next, c)];
+    }
+  return f;
 }
 
 DCOMM_NAMESPACE_END

@@ -7,12 +7,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "dcomm/algo/chain.hpp"
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/status.hpp"
 #include "dcomm/prims/device_prims.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -120,6 +122,7 @@ inline bool add_p2p_item(DeviceP2pWork& w, const DeviceP2pItem& item) {
 template <class Team>
 DCOMM_HOST_DEVICE DeviceStatus run_p2p_block(const Team& team, const DeviceP2pWork& w, int block) {
   const int lane = block / w.channels, c = block % w.channels;
+  if (lane >= w.nlanes || w.channels < 1) return {DeviceStatus::kBadWork};
   const int peer = w.lane_peer[lane];
   const bool is_send = w.lane_send[lane] != 0;
   DeviceControl ctl = w.ctl;
@@ -155,6 +158,41 @@ DCOMM_HOST_DEVICE DeviceStatus run_p2p_block(const Team& team, const DeviceP2pWo
         p, n, [&](size_t off, size_t len) { return is_send ? p.send(base + off, len) : p.recv(base + off, len); }));
   }
   return {};
+}
+
+// A kernel's block: its body, and a failure none of its waits recorded (work the block cannot
+// run: a bug in the launch) left for the host, so the watchdog aborts every rank with that
+// reason instead of the peers timing out on a block that ended silently. The CUDA kernels
+// (comm/device_comm.cuh) are these with a thread block as the team.
+template <class Team>
+DCOMM_HOST_DEVICE void report_block(const Team& team, const DeviceControl& ctl, int channel, DeviceStatus s) {
+  if (s.code != DeviceStatus::kBadWork || team.thread() != 0) return;
+  DeviceControl at = ctl;
+  at.channel = channel;
+  detail::record_device_error(at, s, -1, false);
+}
+template <class Team, class T>
+DCOMM_HOST_DEVICE void coll_block(const Team& team, const DeviceCollWork& w, int c) {
+  report_block(team, w.ctl, c, run_coll_channel<Team, T>(team, w, c));
+}
+template <class Team>
+DCOMM_HOST_DEVICE void p2p_block(const Team& team, const DeviceP2pWork& w, int block) {
+  report_block(team, w.ctl, w.channels > 0 ? block % w.channels : block, run_p2p_block(team, w, block));
+}
+
+// What a kernel's report means, for the host: `peer` describes the rank it names.
+inline Status device_error_status(const DeviceError& e, int rank, int device, const std::string& peer) {
+  const char* what = e.code == DeviceStatus::kTimeout   ? "timed out"
+                     : e.code == DeviceStatus::kBadWork ? "was given work it cannot run"
+                                                        : "was aborted";
+  const std::string where =
+      detail::cat("a kernel on rank ", rank, " (CUDA device ", device, ", channel ", e.channel, ") ");
+  if (e.code == DeviceStatus::kBadWork)
+    return make_error(ErrorCode::kInternal, where, what,
+                      " (a bug in dcomm's launch: an unknown collective for its kernel's type, or a block past its "
+                      "grid); its peers were aborted rather than left waiting");
+  return make_error(e.code == DeviceStatus::kTimeout ? ErrorCode::kTimeout : ErrorCode::kAborted, where, what,
+                    " waiting for ", e.waiting_for_data ? "data from " : "room at ", peer);
 }
 
 DCOMM_NAMESPACE_END

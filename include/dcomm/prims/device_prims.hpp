@@ -107,6 +107,25 @@ DCOMM_HOST_DEVICE inline void relax() {
 #endif
 }
 
+// Leaves failure `s` for the host (the first one only; one thread of a team calls it). Plain
+// stores, no atomics: the record is in mapped host memory, where GPUs may lack atomics. The
+// fields first, then the code; blocks failing together may mix their fields, and any one of
+// their reports is true.
+DCOMM_HOST_DEVICE inline void record_device_error(const DeviceControl& ctl, DeviceStatus s, int peer, bool for_data) {
+  if (!ctl.error || s.ok()) return;
+  volatile DeviceError* e = ctl.error;
+  if (e->code != 0) return;
+  e->peer = peer;
+  e->channel = ctl.channel;
+  e->waiting_for_data = for_data ? 1 : 0;
+#if defined(__CUDA_ARCH__)
+  __threadfence_system();
+#else
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+  e->code = s.code;
+}
+
 // Polls until *counter >= want (the first thread of a team); kCheckEvery polls between looks
 // at the abort flag and the clock. The poll count is unsigned and wraps: a wait with no
 // deadline (timeout 0) may poll for ever, and keeps checking the abort flag. `first_poll`
@@ -128,23 +147,7 @@ DCOMM_HOST_DEVICE inline DeviceStatus wait_counter(const uint64_t* counter, uint
       else if (now_ns() > deadline) s.code = DeviceStatus::kTimeout;
     }
     if (s.ok()) continue;
-    if (ctl.error) {
-      // Plain stores, no atomics: the record is in mapped host memory, where GPUs may lack
-      // atomics. The fields first, then the code; blocks failing together may mix their
-      // fields, and any one of their reports is true.
-      volatile DeviceError* e = ctl.error;
-      if (e->code == 0) {
-        e->peer = peer;
-        e->channel = ctl.channel;
-        e->waiting_for_data = for_data ? 1 : 0;
-#if defined(__CUDA_ARCH__)
-        __threadfence_system();
-#else
-        __atomic_thread_fence(__ATOMIC_RELEASE);
-#endif
-        e->code = s.code;
-      }
-    }
+    record_device_error(ctl, s, peer, for_data);
     return s;
   }
 }

@@ -74,12 +74,14 @@ class CudaArenas {
 
   // This rank's arenas of `bytes` each, zeroed, on the current device: device memory (with an
   // IPC handle when `ipc`), and pinned host memory in `shm_dir` when `host`. `*out` says where.
-  Status create(size_t bytes, bool ipc, bool host, const std::string& shm_dir, int rank, ArenaAddress* out) {
+  // The zeroing goes on `stream`, waited for here (not the whole GPU's work).
+  Status create(size_t bytes, bool ipc, bool host, const std::string& shm_dir, int rank, cudaStream_t stream,
+                ArenaAddress* out) {
     bytes_ = bytes;
     *out = ArenaAddress{};
     DCOMM_RETURN_IF_ERROR(
         cuda_status(cudaMalloc(&device_, bytes), detail::cat("cudaMalloc of ", bytes, " bytes of FIFOs")));
-    DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemset(device_, 0, bytes), "cudaMemset"));
+    DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(device_, 0, bytes, stream), "cudaMemsetAsync"));
     if (ipc) DCOMM_RETURN_IF_ERROR(cuda_status(cudaIpcGetMemHandle(&out->ipc, device_), "cudaIpcGetMemHandle"));
     out->device = reinterpret_cast<uintptr_t>(device_);
     if (host) {
@@ -96,7 +98,7 @@ class CudaArenas {
       out->has_host = 1;
       out->host = reinterpret_cast<uintptr_t>(host_);
     }
-    return cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    return cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize (arena zeroing)");
   }
 
   // This rank's own arenas.
