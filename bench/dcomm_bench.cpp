@@ -293,6 +293,22 @@ struct Bench {
 #endif
     return "";
   }
+  // -g: the time of one device-to-device cudaMemcpyAsync of `bytes` on this rank's stream
+  // (mean of `iters`), the ceiling beside the collective's row; 0 on host memory.
+  Result<double> copy_us(size_t bytes) {
+#if DCOMM_HAS_CUDA
+    if (dev && bytes > 0) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < o.iters; ++i)
+        DCOMM_RETURN_IF_ERROR(cuda_status(
+            cudaMemcpyAsync(recv.data(), send.data(), bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync"));
+      DCOMM_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+      return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
+    }
+#endif
+    (void)bytes;
+    return 0.0;
+  }
   // Waits for what run() enqueued (device calls); host calls are done when they return.
   Status sync() {
 #if DCOMM_HAS_CUDA
@@ -612,6 +628,16 @@ int run_rank(const Options& o, Communicator& c) {
         if (Status s = c.all_reduce(&*w, &wrong[in_place], 1, DataType::kInt64, ReduceOp::kSum); !s.ok()) return 1;
       }
     }
+    // -g: rank 0 alone copies the same bytes on the device while the others wait, the row's ceiling.
+    double copy = 0;
+    if (o.gpus > 0) {
+      if (c.rank() == 0) {
+        auto t = b.copy_us(shown * eb);
+        if (!t.ok()) return std::fprintf(stderr, "%s\n", t.status().message().c_str()), 1;
+        copy = *t;
+      }
+      if (Status s = c.barrier(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+    }
     if (c.rank() == 0) {
       double size_b = static_cast<double>(shown * eb);
       std::printf("  %10zu %12zu %8s %6s %6d", shown * eb, shown, to_string(o.type), to_string(o.op),
@@ -629,10 +655,11 @@ int run_rank(const Options& o, Communicator& c) {
         if (o.gpus > 0) algo = "device_ring";
         else if (auto kind = b.op_kind(); kind)
           algo = to_string(c.algorithm_for(*kind, kind == OpKind::kReduceScatter ? rc : sc, o.type, k == 1).algorithm);
-        json_rows += detail::cat(json_rows.empty() ? "" : ",\n", "    {\"size\": ", shown * eb, ", \"count\": ", shown,
-                                 ", \"in_place\": ", k ? "true" : "false", ", \"time_us\": ", us[k],
-                                 ", \"algbw\": ", algbw, ", \"busbw\": ", algbw * b.bus_factor(),
-                                 ", \"wrong\": ", wrong[k], ", \"algorithm\": \"", algo, "\"}");
+        json_rows +=
+            detail::cat(json_rows.empty() ? "" : ",\n", "    {\"size\": ", shown * eb, ", \"count\": ", shown,
+                        ", \"in_place\": ", k ? "true" : "false", ", \"time_us\": ", us[k], ", \"algbw\": ", algbw,
+                        ", \"busbw\": ", algbw * b.bus_factor(), ", \"wrong\": ", wrong[k], ", \"algorithm\": \"", algo,
+                        "\"", copy > 0 ? detail::cat(", \"copy_us\": ", copy) : std::string(), "}");
       }
       bus_sum += size_b / us[0] / 1e3 * b.bus_factor();
       ++rows;

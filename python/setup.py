@@ -27,14 +27,25 @@ csrc = os.path.join("dcomm_torch", "csrc")
 sources = [os.path.join(csrc, f) for f in ("module.cpp", "process_group.cpp")]
 cxx = ["-std=c++20", "-O3", "-g0", "-Wno-deprecated-declarations"]
 macros = []
+# DCOMM_TORCH_PREBUILT: a static archive of the CUDA build's sources that need no Python
+# (process_group.cpp, cuda_path.cpp, device_glue.cu), compiled against this same torch's
+# headers (tests/torch/torch2_compile.sh makes it for the GPU check): only module.cpp is
+# compiled here, against this Python.
+prebuilt = os.environ.get("DCOMM_TORCH_PREBUILT")
 if cuda:
-    sources += [os.path.join(csrc, "cuda_path.cpp"), os.path.join(csrc, "device_glue.cu")]
     macros.append(("DCOMM_TORCH_CUDA", "1"))
     arch = os.environ.get("DCOMM_TORCH_CUDA_ARCH", "90")
     nvcc = ["-std=c++20", "-O3", "--expt-relaxed-constexpr", "-diag-suppress=2810,20011,20014",
             f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+    extra_objects = []
+    if prebuilt:
+        sources = [os.path.join(csrc, "module.cpp")]
+        extra_objects = [prebuilt]
+    else:
+        sources += [os.path.join(csrc, "cuda_path.cpp"), os.path.join(csrc, "device_glue.cu")]
     ext = cpp_extension.CUDAExtension("dcomm_torch._C", sources, include_dirs=[include], define_macros=macros,
-                                      extra_compile_args={"cxx": cxx, "nvcc": nvcc}, libraries=["crypto"])
+                                      extra_compile_args={"cxx": cxx, "nvcc": nvcc}, libraries=["crypto"],
+                                      extra_objects=extra_objects)
 else:
     ext = cpp_extension.CppExtension("dcomm_torch._C", sources, include_dirs=[include], define_macros=macros,
                                      extra_compile_args=cxx, libraries=["crypto"])

@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
-# The GPU check: correctness first (each GPU test case on its own, with its own limit and its
-# duration printed; the processes case last), then the device benchmarks and tuning rows, and a
-# short table printed last, also when the check is killed. Meant for one call on a lent GPU
-# machine (one H200: about 4 minutes with prebuilt binaries), which has nvcc, CMake and ninja
-# but not this project's test and benchmark libraries, and brings back only a few files.
+# The GPU check: everything dcomm knows to ask of a GPU, in order of value, within one time
+# budget (DCOMM_GPU_CHECK_BUDGET_S, default 300 s, probe to archive): the GPU test cases each
+# alone, dcomm's libnccl.so.2 on device memory, the 2-rank all_reduce table with a device copy
+# of each size beside it (the ceiling), the tuning rows, 2 processes, the kernel benchmarks,
+# the other collectives, and last the torch backend on CUDA tensors. A short table is printed
+# last, also when the check is killed; every step's log is line-buffered, runs with a
+# DCOMM_TIMEOUT_MS under its cap (a stuck kernel names its peer and channel before the step is
+# killed), and is followed by what was still on the GPU when it failed.
 #
-#   bash scripts/gpu-check.sh --build-only   # here, no GPU needed: builds for sm_90 (DCOMM_GPU_ARCH)
-#                                            # into .gpu-bin/ (ignored by git: carry it)
-#   bash scripts/gpu-check.sh OUTDIR         # there: runs .gpu-bin's binaries (builds there when
-#                                            # they are missing or do not start), writes
-#                                            # OUTDIR/gpu-check.tar.gz (every log and JSON) and
-#                                            # OUTDIR/table.txt; the table also goes to stdout
-#   bash scripts/gpu-check.sh --prepare      # here: copies doctest and Google Benchmark into
-#                                            # .gpu-deps/, for building on the GPU machine
+#   bash scripts/gpu-check.sh --build-only   # no GPU needed: builds for sm_90 (DCOMM_GPU_ARCH)
+#                                            # into .gpu-bin/ (ignored by git), with the shared
+#                                            # libraries a bare CUDA image lacks and the torch
+#                                            # backend's compiled core (torch 2.11's headers)
+#   bash scripts/gpu-check.sh --dry-run      # no GPU needed: every step, its cap, the total
+#   bash scripts/gpu-check.sh OUTDIR         # on the GPU machine: runs .gpu-bin's binaries and
+#                                            # writes OUTDIR/table.txt and OUTDIR/gpu-check.tar.gz
+#                                            # (logs and JSON, no build trees)
+#   bash scripts/gpu-check.sh --prepare      # copies doctest and Google Benchmark into .gpu-deps/,
+#                                            # for building on the GPU machine when .gpu-bin is
+#                                            # missing or stale (the fallback: 3-5 minutes)
 #
-# One time budget for everything, the build included: DCOMM_GPU_CHECK_BUDGET_S (default 480);
-# each step runs under the smaller of its cap and what is left, and a step that no longer fits
-# is skipped and named in the table. Core dumps are off. With the device tool:
-#   run(command="bash scripts/gpu-check.sh $OUT", carry=[".gpu-bin"], timeout_s=540)
+# Inputs there: .gpu-bin (and .gpu-deps for the fallback), python3 with a CUDA torch 2.x for
+# the last steps. Core dumps are off.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BIN=$ROOT/.gpu-bin
 DEPS=$ROOT/.gpu-deps
+TORCH_VERSION=2.11.0  # the torch of the GPU machine, whose headers the prebuilt core is compiled against
 # shellcheck source=lib/check-steps.sh
 source "$ROOT/scripts/lib/check-steps.sh"
 
@@ -31,10 +36,18 @@ die() {
   exit 1
 }
 
+# What the binaries were built from: one hash over the sources (no .git needed where it runs).
+sources_hash() {
+  find include tests bench nccl python/dcomm_torch/csrc CMakeLists.txt -type f \
+    \( -name '*.hpp' -o -name '*.cuh' -o -name '*.cpp' -o -name '*.cu' -o -name '*.h' -o -name CMakeLists.txt \) \
+    2>/dev/null | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16
+}
+
 prepare() {
   rm -rf "$DEPS" && mkdir -p "$DEPS/include" "$DEPS/lib" "$DEPS/cmake/doctest" "$DEPS/cmake/benchmark"
   [ -d /usr/include/doctest ] || die "doctest is not installed here (apt-get install doctest-dev)"
   cp -r /usr/include/doctest "$DEPS/include/"
+  [ -d /usr/include/openssl ] && cp -r /usr/include/openssl "$DEPS/include/"
   if [ -d /usr/include/benchmark ]; then
     cp -r /usr/include/benchmark "$DEPS/include/"
     cp -a /usr/lib/x86_64-linux-gnu/libbenchmark.so* /usr/lib/x86_64-linux-gnu/libbenchmark_main.a "$DEPS/lib/"
@@ -58,9 +71,24 @@ EOF
   echo "gpu-check: build dependencies copied to .gpu-deps (carry it to build on the GPU machine)"
 }
 
+# The shared libraries a binary needs beyond glibc, the compiler's runtime and the CUDA driver
+# (a bare Ubuntu 24.04 CUDA image has those, and newer): copied beside the binaries.
+bundle_libs() {
+  local f lib
+  for f in "$@"; do
+    ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | while read -r lib; do
+      case $(basename "$lib") in
+        libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux* | libstdc++.so* | libgcc_s.so* | \
+          libcuda.so* | libnvidia* | libnccl.so*) ;;
+        *) [ -e "$BIN/lib/$(basename "$lib")" ] || cp -L "$lib" "$BIN/lib/" ;;
+      esac
+    done
+  done
+}
+
 # Builds every binary the check runs, each target on its own (a missing benchmark library
-# costs the kernel benchmarks, not the tests), and copies them with the shared libraries they
-# need into .gpu-bin. Optional transports are left out: the binaries need only the CUDA driver.
+# costs the kernel benchmarks, not the tests), and copies them, stripped, with the shared
+# libraries they need into .gpu-bin. Optional transports are left out.
 build() {
   local arch=$1 build=$ROOT/build-gpu
   command -v cmake >/dev/null || die "cmake is not installed: it is needed to build the check's binaries"
@@ -70,7 +98,7 @@ build() {
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   local prefix=()
-  [ -d "$DEPS" ] && prefix=(-DCMAKE_PREFIX_PATH="$DEPS/cmake")
+  [ -d "$DEPS" ] && prefix=(-DCMAKE_PREFIX_PATH="$DEPS/cmake" -DCMAKE_CXX_FLAGS="-I$DEPS/include")
   if [ ! -d /usr/include/doctest ] && [ ! -d "$DEPS/include/doctest" ]; then
     die "doctest is missing here: run 'bash scripts/gpu-check.sh --prepare' where it is installed and carry .gpu-deps"
   fi
@@ -79,7 +107,10 @@ build() {
   cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDCOMM_ENABLE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" -DDCOMM_BUILD_EXAMPLES=OFF -DDCOMM_WITH_UCX=OFF -DDCOMM_WITH_VERBS=OFF \
     -DDCOMM_WITH_HWLOC=OFF "${prefix[@]}" >"$build/configure.log" 2>&1 || { tail -30 "$build/configure.log"; die "configure failed"; }
+  local keep_torch=""
+  [ -d "$BIN/torch" ] && keep_torch=$(mktemp -d) && mv "$BIN/torch" "$keep_torch/"
   rm -rf "$BIN" && mkdir -p "$BIN/lib"
+  [ -n "$keep_torch" ] && mv "$keep_torch/torch" "$BIN/" && rmdir "$keep_torch"
   local t built=()
   for t in test_gpu dcomm-bench dcomm-micro-kernel_bench dcomm_nccl nccl_local_test; do
     if cmake --build "$build" --target "$t" -j "$(nproc)" >"$build/build-$t.log" 2>&1; then
@@ -95,65 +126,109 @@ build() {
   done
   # dcomm's libnccl.so.2 (its tests find it through LD_LIBRARY_PATH=$BIN/lib there).
   cp -a "$build"/nccl/libnccl.so* "$BIN/lib/" 2>/dev/null
-  # Shared libraries the binaries need that a CUDA machine may not have (Google Benchmark).
-  for f in "$BIN"/*; do
-    [ -f "$f" ] || continue
-    ldd "$f" 2>/dev/null | awk '/libbenchmark/ { print $3 }' | while read -r lib; do cp -L "$lib" "$BIN/lib/"; done
-  done
+  find "$BIN" -maxdepth 1 -type f -perm -u+x -exec strip --strip-unneeded {} \; 2>/dev/null
+  bundle_libs "$BIN"/* "$BIN"/lib/libnccl.so.2
   {
     echo "built: $(date -u +%FT%TZ) on $(hostname) for sm_$arch"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+    echo "sources: $(sources_hash)"
     echo "binaries: ${built[*]}"
+    echo "libraries: $(cd "$BIN/lib" && ls | tr '\n' ' ')"
   } >"$BIN/MANIFEST"
-  du -sh "$BIN"
-  cat "$BIN/MANIFEST"
+}
+
+# The torch backend's C++ and CUDA sources that need no Python (process_group.cpp,
+# cuda_path.cpp, device_glue.cu), compiled against torch $TORCH_VERSION's headers into
+# .gpu-bin/torch/libdcomm_torch_core.a (tests/torch/torch2_compile.sh --archive does it, and
+# the torch2_compile test shares its work); the GPU machine compiles only module.cpp against
+# its Python and links. Skipped, with a line, without the wheel (no network).
+build_torch_core() {
+  local cache=${DCOMM_TORCH2_CACHE:-$ROOT/build/torch2}
+  if DCOMM_TORCH2_VERSION=$TORCH_VERSION bash "$ROOT/tests/torch/torch2_compile.sh" --archive "$ROOT/build"; then
+    mkdir -p "$BIN/torch" && cp "$cache/libdcomm_torch_core.a" "$BIN/torch/"
+    echo "torch core: against torch $TORCH_VERSION's headers, $(du -h "$BIN/torch/libdcomm_torch_core.a" | cut -f1)" >>"$BIN/MANIFEST"
+  else
+    echo "torch core: not built (see above); the GPU machine builds the whole backend" >>"$BIN/MANIFEST"
+  fi
 }
 
 case "${1:-}" in
   --prepare) prepare; exit ;;
-  --build-only) build "${DCOMM_GPU_ARCH:-90}"; exit ;;
+  --build-only)
+    build "${DCOMM_GPU_ARCH:-90}"
+    build_torch_core
+    du -sh "$BIN"
+    cat "$BIN/MANIFEST"
+    exit ;;
   --build-native) build "${DCOMM_GPU_ARCH:-native}"; exit ;;
+  --dry-run) export CS_DRY_RUN=1 ;;
 esac
 
 OUT=${1:-$ROOT/build-gpu/out}
+[ "$OUT" = --dry-run ] && OUT=$(mktemp -d)
 ulimit -c 0
-# The GPU, its driver and compute mode first: a GPU in exclusive-process mode refuses two
-# ranks' contexts, which explains a failure below before anyone reads it.
-if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu-check: no NVIDIA GPU here (nvidia-smi -L failed); nothing to check"
-  exit 77
+export PYTHONUNBUFFERED=1
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}  # thread ranks each have a stream
+if [ "${CS_DRY_RUN:-0}" != 1 ]; then
+  # The GPU, its driver and compute mode first: a GPU in exclusive-process mode refuses two
+  # ranks' contexts, which explains a failure below before anyone reads it.
+  if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu-check: no NVIDIA GPU here (nvidia-smi -L failed); nothing to check (--dry-run lists the steps)"
+    exit 77
+  fi
+  nvidia-smi --query-gpu=name,driver_version,compute_mode,mig.mode.current,memory.total,clocks.max.sm,persistence_mode \
+    --format=csv 2>&1 | tee "$OUT.gpu.txt"
 fi
-nvidia-smi --query-gpu=name,driver_version,compute_mode,mig.mode.current,memory.total,clocks.max.sm,persistence_mode \
-  --format=csv 2>&1 | tee "$OUT.gpu.txt"
 
 CS_ARCHIVE=gpu-check
 CS_SUMMARY="python3 $ROOT/scripts/lib/gpu_summary.py"
-cs_init "$OUT" "${DCOMM_GPU_CHECK_BUDGET_S:-480}"
-cp "$OUT.gpu.txt" "$CS_WORK/gpu.txt" && rm -f "$OUT.gpu.txt"
+CS_ON_FAIL="nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"
+cs_init "$OUT" "${DCOMM_GPU_CHECK_BUDGET_S:-300}"
+[ -f "$OUT.gpu.txt" ] && cp "$OUT.gpu.txt" "$CS_WORK/gpu.txt" && rm -f "$OUT.gpu.txt"
 export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-# 1. Binaries: the prebuilt ones if they start here, else built here for this GPU.
-if "$BIN/test_gpu" --list-test-cases >"$CS_WORK/probe.log" 2>&1; then
-  cs_record binaries prebuilt 0 "$(head -1 "$BIN/MANIFEST" 2>/dev/null)"
-else
-  cs_say "prebuilt binaries missing or not starting ($(tail -1 "$CS_WORK/probe.log" 2>/dev/null)); building here"
-  cs_step build 300 60 bash "$ROOT/scripts/gpu-check.sh" --build-native || exit 1
-fi
 TEST=$BIN/test_gpu
 BENCH=$BIN/dcomm-bench
-cp "$BIN/MANIFEST" "$CS_WORK/" 2>/dev/null
 
-# 2. Correctness: every GPU test case alone, the processes case last.
-"$TEST" --list-test-cases 2>/dev/null | awk '/^=+$/ { sep++; next } sep == 1' >"$CS_WORK/cases.txt"
-grep -v 'processes' "$CS_WORK/cases.txt" >"$CS_WORK/order.txt"
-grep 'processes' "$CS_WORK/cases.txt" >>"$CS_WORK/order.txt"
+# A step whose deadline for dcomm's waits is three quarters of its limit: a stuck kernel or
+# wait reports its peer before the step is killed.
+step() {
+  if [ "${CS_DRY_RUN:-0}" = 1 ]; then cs_step "$@"; else cs_step "$1" "$2" "$3" bash -c 'DCOMM_TIMEOUT_MS=$((CS_STEP_LIMIT_S * 750)) exec "$@"' _ "${@:4}"; fi
+}
+
+# 1. Probe: what the binaries need and whether they were built from these sources.
+if [ "${CS_DRY_RUN:-0}" != 1 ]; then
+  missing=$(ldd "$BIN"/* "$BIN"/lib/*.so* 2>/dev/null | grep 'not found' | sort -u | tr -s ' \t' ' ')
+  built_from=$(sed -n 's/^sources: //p' "$BIN/MANIFEST" 2>/dev/null)
+  cs_note "binaries: $(head -1 "$BIN/MANIFEST" 2>/dev/null || echo 'none'); $(sed -n 's/^commit: /commit /p' "$BIN/MANIFEST" 2>/dev/null); this tree: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
+  if [ -n "$missing" ]; then cs_note "missing shared libraries: $missing"; fi
+  if [ -n "$built_from" ] && [ "$built_from" != "$(sources_hash)" ]; then
+    cs_note "WARNING: .gpu-bin was built from other sources ($built_from) than this tree's ($(sources_hash))"
+  fi
+  if "$TEST" --list-test-cases >"$CS_WORK/probe.log" 2>&1; then
+    cs_record binaries prebuilt 0 "$(head -1 "$BIN/MANIFEST" 2>/dev/null)"
+  else
+    cs_say "prebuilt binaries missing or not starting ($(tail -1 "$CS_WORK/probe.log" 2>/dev/null)); building here"
+    cs_step build 240 60 bash "$ROOT/scripts/gpu-check.sh" --build-native || exit 1
+  fi
+fi
+
+# 2. Correctness: every GPU test case alone, the processes cases last.
+if [ -x "$TEST" ]; then
+  "$TEST" --list-test-cases 2>/dev/null | awk '/^=+$/ { sep++; next } sep == 1' >"$CS_WORK/cases.txt"
+else
+  echo "(the GPU test cases, listed by .gpu-bin/test_gpu once built)" >"$CS_WORK/cases.txt"
+fi
+{
+  grep -v 'processes' "$CS_WORK/cases.txt"
+  grep 'processes' "$CS_WORK/cases.txt"
+} >"$CS_WORK/order.txt"
 i=0
 while IFS= read -r name; do
   i=$((i + 1))
-  cap=60
-  case $name in *"every type, op and collective"* | *processes*) cap=180 ;; esac
+  cap=30
+  case $name in *"every type, op and collective"* | *processes* | *"reduction kernels"*) cap=60 ;; esac
   # doctest filters split at commas: '?' matches one character, the comma included.
-  cs_step "test$(printf %02d $i)" $cap 15 "$TEST" "--test-case=${name//,/?}" --duration=true
+  step "test$(printf %02d $i)" $cap 10 "$TEST" "--test-case=${name//,/?}" --duration=true
   rc=$?
   cs_note "test$(printf %02d $i): $name"
   if ((rc == 77)); then  # the binary found no usable device although nvidia-smi did: stop here
@@ -162,65 +237,22 @@ while IFS= read -r name; do
   fi
 done <"$CS_WORK/order.txt"
 
-# 2b. dcomm's libnccl.so.2 on device memory: 2 ranks on the GPU through the NCCL API (every
-# collective, PreMulSum with a device scalar, a CUDA graph replayed).
-if [ -x "$BIN/nccl_local_test" ] && [ -f "$BIN/lib/libnccl.so.2" ]; then
-  cs_step nccl_device 60 15 "$BIN/nccl_local_test" device
+# 3. dcomm's libnccl.so.2 on device memory: 2 ranks on the GPU through the NCCL API (every
+# collective, PreMulSum with a device scalar, one group of in-place all-to-all and PreMulSum,
+# a CUDA graph replayed).
+if [ -x "$BIN/nccl_local_test" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
+  step nccl_device 45 10 "$BIN/nccl_local_test" device
 else
   cs_record nccl_device skipped 0 "dcomm's libnccl.so.2 or nccl_local_test was not built"
 fi
-# nccl-tests, when a checkout built with make is at NCCL_TESTS_DIR: its *_perf -c 1 on one GPU
-# through dcomm (LD_PRELOAD) and through the real NCCL of the pip wheel, one rank each (real NCCL
-# refuses two ranks on one GPU).
-NCCL_TESTS_BIN=${NCCL_TESTS_DIR:+$NCCL_TESTS_DIR/build}
-if [ -n "$NCCL_TESTS_BIN" ] && [ -x "$NCCL_TESTS_BIN/all_reduce_perf" ]; then
-  REAL_NCCL=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
-  for p in all_reduce all_gather reduce_scatter broadcast; do
-    cs_step "nccltests_${p}_dcomm" 45 10 env LD_PRELOAD="$BIN/lib/libnccl.so.2" "$NCCL_TESTS_BIN/${p}_perf" -b 64M -e 256M -f 2 -g 1 -c 1 -n 20 -w 5
-    [ -n "$REAL_NCCL" ] && cs_step "nccltests_${p}_nccl" 45 10 env LD_LIBRARY_PATH="$REAL_NCCL" "$NCCL_TESTS_BIN/${p}_perf" -b 64M -e 256M -f 2 -g 1 -c 1 -n 20 -w 5
-  done
-else
-  cs_record nccl_tests skipped 0 "NCCL_TESTS_DIR is not set to a built nccl-tests checkout"
-fi
 
-# 3. Kernel microbenchmarks: bytes read + written per second, next to the device copy.
-if [ -x "$BIN/dcomm-micro-kernel_bench" ]; then
-  cs_step kernels 90 20 "$BIN/dcomm-micro-kernel_bench" --benchmark_format=json \
-    --benchmark_out="$CS_WORK/kernels.json" --benchmark_out_format=json --benchmark_min_time=0.2
-else
-  cs_record kernels skipped 0 "dcomm-micro-kernel_bench was not built (no Google Benchmark)"
-fi
-
-# 4. Collectives on device memory: ranks as threads of one process (one CUDA context, so
-# their kernels run together) sharing the GPU.
-for n in 2 4; do
-  cs_step "all_reduce_$n" 60 15 "$BENCH" all_reduce -t $n -g 1 -b 1M -e 256M -f 4 -n 20 -w 5 -c 1 -J "$CS_WORK/all_reduce_$n.json"
-done
-for c in reduce_scatter all_gather broadcast send_recv; do
-  cs_step "${c}_2" 30 10 "$BENCH" $c -t 2 -g 1 -b 64M -e 64M -n 10 -w 3 -c 1 -J "$CS_WORK/${c}_2.json"
-done
-
-# 5. The torch backend on CUDA tensors (torch 2.x, the machine's pip torch): dcomm_torch built
-# here against it, then 2 ranks on the one GPU under torchrun (collectives, stream order,
-# futures, and DDP for a few steps against Gloo on the CPU; tests/torch/backend_checks.py gpu).
-if python3 -c "import torch; assert torch.cuda.is_available() and torch.__version__ >= '2'" 2>/dev/null; then
-  TORCH_PKG=$CS_WORK/torch-pkg
-  cs_step torch_build 240 60 env DCOMM_TORCH_CUDA=1 MAX_JOBS="$(nproc)" bash -c \
-    "cd '$ROOT/python' && python3 setup.py -q build_ext -b '$TORCH_PKG' -t '$CS_WORK/torch-tmp' && cp dcomm_torch/__init__.py '$TORCH_PKG/dcomm_torch/'"
-  if [ -f "$TORCH_PKG/dcomm_torch/__init__.py" ]; then
-    cs_step torch_ddp_2 120 30 env PYTHONPATH="$TORCH_PKG" DCOMM_TORCH_TEST_TIMEOUT_S=60 python3 -m torch.distributed.run \
-      --standalone --nproc_per_node 2 "$ROOT/tests/torch/backend_checks.py" gpu
-  fi
-else
-  cs_record torch skipped 0 "python3 here has no CUDA torch 2.x"
-fi
-
-# 6. Tuning rows: 2 ranks, 256 MiB all_reduce, one setting changed at a time.
+# 4. The 2-rank all_reduce table (threads as ranks sharing the GPU), each size beside a device
+# copy of it; then the tuning rows: 256 MiB, one setting changed at a time.
+step all_reduce_2 45 15 "$BENCH" all_reduce -t 2 -g 1 -b 1M -e 256M -f 4 -n 20 -w 5 -c 1 -J "$CS_WORK/all_reduce_2.json"
 tune() {
   local name=$1
   shift
-  cs_step "tune_$name" 30 10 env "$@" "$BENCH" all_reduce -t 2 -g 1 -b 256M -e 256M -n 20 -w 5 -c 1 \
-    -J "$CS_WORK/tune_$name.json"
+  step "tune_$name" 20 8 env "$@" "$BENCH" all_reduce -t 2 -g 1 -b 256M -e 256M -n 20 -w 5 -c 1 -J "$CS_WORK/tune_$name.json"
 }
 tune channels16 DCOMM_CUDA_CHANNELS=16
 tune channels32 DCOMM_CUDA_CHANNELS=32
@@ -229,9 +261,47 @@ tune slot128k DCOMM_CUDA_SLOT_BYTES=128K
 tune slot1m DCOMM_CUDA_SLOT_BYTES=1M
 tune slots8 DCOMM_CUDA_SLOTS=8
 
-# 7. Processes (CUDA IPC; without MPS their contexts take turns on the GPU).
-cs_step all_reduce_2_procs 45 15 "$BENCH" all_reduce -N 2 -g 1 -b 64M -e 64M -n 5 -w 2 -c 1 -J "$CS_WORK/all_reduce_2_procs.json"
+# 5. Processes (CUDA IPC; without MPS their contexts take turns on the GPU).
+step all_reduce_2_procs 40 15 "$BENCH" all_reduce -N 2 -g 1 -b 64M -e 64M -n 5 -w 2 -c 1 -J "$CS_WORK/all_reduce_2_procs.json"
+
+# 6. Kernel microbenchmarks: bytes read + written per second, next to the device copy.
+if [ -x "$BIN/dcomm-micro-kernel_bench" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
+  step kernels 45 15 "$BIN/dcomm-micro-kernel_bench" --benchmark_format=json \
+    --benchmark_out="$CS_WORK/kernels.json" --benchmark_out_format=json --benchmark_min_time=0.1
+else
+  cs_record kernels skipped 0 "dcomm-micro-kernel_bench was not built (no Google Benchmark)"
+fi
+
+# 7. The other collectives, and 4 ranks.
+step all_reduce_4 25 10 "$BENCH" all_reduce -t 4 -g 1 -b 16M -e 256M -f 16 -n 10 -w 3 -c 1 -J "$CS_WORK/all_reduce_4.json"
+for c in reduce_scatter all_gather broadcast send_recv; do
+  step "${c}_2" 15 6 "$BENCH" $c -t 2 -g 1 -b 64M -e 64M -n 10 -w 3 -c 1 -J "$CS_WORK/${c}_2.json"
+done
+
+# 8. The torch backend on CUDA tensors (the machine's torch 2.x): module.cpp compiled against
+# its Python and linked with the prebuilt core (the whole backend when the core is missing or
+# the torch differs), then 2 ranks on the one GPU under torchrun (collectives, coalescing,
+# stream order, futures, DDP against Gloo on the CPU; tests/torch/backend_checks.py gpu).
+TORCH_HAS=$(python3 -c "import torch; print(torch.__version__.split('+')[0] if torch.cuda.is_available() else '')" 2>/dev/null)
+if [ -n "$TORCH_HAS" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
+  TORCH_PKG=$ROOT/build-gpu/torch-pkg  # outside the archive
+  prebuilt=()
+  if [ -f "$BIN/torch/libdcomm_torch_core.a" ] && [ "$TORCH_HAS" = "$TORCH_VERSION" ]; then
+    prebuilt=(DCOMM_TORCH_PREBUILT="$BIN/torch/libdcomm_torch_core.a")
+  elif [ "${CS_DRY_RUN:-0}" != 1 ]; then
+    cs_note "torch: $TORCH_HAS here, the prebuilt core is for $TORCH_VERSION (or missing): the whole backend is built"
+  fi
+  step torch_build 150 40 env DCOMM_TORCH_CUDA=1 MAX_JOBS="$(nproc)" "${prebuilt[@]}" bash -c \
+    "cd '$ROOT/python' && python3 setup.py -q build_ext -b '$TORCH_PKG' -t '$ROOT/build-gpu/torch-tmp' && cp dcomm_torch/__init__.py '$TORCH_PKG/dcomm_torch/'"
+  if [ -f "$TORCH_PKG/dcomm_torch/__init__.py" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
+    step torch_gpu_2 90 30 env PYTHONPATH="$TORCH_PKG" DCOMM_TORCH_TEST_TIMEOUT_S=60 python3 -m torch.distributed.run \
+      --standalone --nproc_per_node 2 "$ROOT/tests/torch/backend_checks.py" gpu
+  fi
+else
+  cs_record torch skipped 0 "python3 here has no CUDA torch 2.x"
+fi
 
 # The table (and the archive) come from the EXIT trap.
+[ "${CS_DRY_RUN:-0}" = 1 ] && exit 0
 grep -q $'\tFAIL\t\|\tTIMEOUT\t' "$CS_RESULTS" && exit 1
 exit 0

@@ -4,11 +4,16 @@
 # end, also when the check is killed (TERM/INT/HUP), and the logs go into one archive.
 #
 #   cs_init OUTDIR BUDGET_S        start the clock; logs go to $CS_WORK, results to OUTDIR
-#   cs_step NAME CAP_S MIN_S CMD.. run CMD (stdout+stderr to $CS_WORK/NAME.log) under
-#                                  min(CAP_S, time left); skipped if that is under MIN_S
+#   cs_step NAME CAP_S MIN_S CMD.. run CMD (stdout+stderr, line-buffered, to $CS_WORK/NAME.log)
+#                                  under min(CAP_S, time left), with CS_STEP_LIMIT_S set to that
+#                                  limit; skipped if it is under MIN_S
 #   cs_note TEXT                   a line printed under the table (what a step measured)
 #   cs_left                        seconds left (after the reserve for the table)
 #   CS_SUMMARY=cmd                 run at the end with $CS_WORK as $1; its output follows the table
+#   CS_ON_FAIL=cmd                 run after a step that failed or timed out; its output goes
+#                                  to the end of that step's log (what was still on the GPU)
+#   CS_DRY_RUN=1                   cs_step runs nothing: it prints the step and its cap, and
+#                                  the table adds the caps up against the budget
 #
 # Exit codes of a step: 0 ok, 77 skipped by the step itself, 124/137 killed at its limit.
 # Steps run in the background and are waited for, so a signal reaches the trap at once
@@ -46,6 +51,11 @@ cs_record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$CS_RESULTS"; }
 cs_step() {
   local name=$1 cap=$2 min=$3
   shift 3
+  if [ "${CS_DRY_RUN:-0}" = 1 ]; then
+    CS_CAPS=$((${CS_CAPS:-0} + cap))
+    cs_record "$name" planned "$cap" "ends by ${CS_CAPS}s at the latest$( ((CS_CAPS > CS_BUDGET)) && echo ' (past the budget: cut or skipped if the steps before take their caps)'): $*"
+    return 0
+  fi
   local left limit
   left=$(cs_left)
   limit=$cap
@@ -57,7 +67,7 @@ cs_step() {
   fi
   local t0 rc secs status detail=""
   t0=$(cs_ms)
-  timeout --kill-after=5 "$limit" "$@" >"$CS_WORK/$name.log" 2>&1 &
+  CS_STEP_LIMIT_S=$limit timeout --kill-after=5 "$limit" stdbuf -oL -eL "$@" >"$CS_WORK/$name.log" 2>&1 &
   CS_CHILD=$!
   CS_CHILD_NAME=$name
   wait "$CS_CHILD"
@@ -72,6 +82,9 @@ cs_step() {
   esac
   cs_record "$name" "$status" "$secs" "$detail"
   cs_say "$name: $status in ${secs}s${detail:+ ($detail)}"
+  if [ -n "${CS_ON_FAIL:-}" ] && { [ "$status" = FAIL ] || [ "$status" = TIMEOUT ]; }; then
+    { echo "== after the failure: $CS_ON_FAIL"; timeout 10 $CS_ON_FAIL 2>&1; } >>"$CS_WORK/$name.log"
+  fi
   return $rc
 }
 
@@ -88,18 +101,24 @@ cs_finish() {
   fi
   {
     echo
-    echo "== check: $(wc -l <"$CS_RESULTS") steps in $(cs_elapsed)s of a ${CS_BUDGET}s budget${why:+ ($why)} =="
+    if [ "${CS_DRY_RUN:-0}" = 1 ]; then
+      echo "== dry run: $(wc -l <"$CS_RESULTS") steps, caps adding up to ${CS_CAPS:-0}s against a ${CS_BUDGET}s budget" \
+        "(steps past the budget are cut or skipped, in this order) =="
+    else
+      echo "== check: $(wc -l <"$CS_RESULTS") steps in $(cs_elapsed)s of a ${CS_BUDGET}s budget${why:+ ($why)} =="
+    fi
     awk -F'\t' '{ printf "%-22s %-8s %7s  %s\n", $1, $2, ($3 == "" ? "" : $3 "s"), substr($4, 1, 110) }' "$CS_RESULTS"
     if [ -s "$CS_NOTES" ]; then
       echo
       cat "$CS_NOTES"
     fi
-    if [ -n "${CS_SUMMARY:-}" ]; then
+    if [ -n "${CS_SUMMARY:-}" ] && [ "${CS_DRY_RUN:-0}" != 1 ]; then
       echo
       $CS_SUMMARY "$CS_WORK" 2>&1
     fi
   } | tee "$CS_WORK/table.txt"
   cp "$CS_WORK/table.txt" "$CS_OUT/table.txt"
+  [ "${CS_DRY_RUN:-0}" = 1 ] && return 0
   tar -czf "$CS_OUT/${CS_ARCHIVE:-check}.tar.gz" -C "$CS_WORK" . 2>/dev/null
   echo "logs: $CS_OUT/${CS_ARCHIVE:-check}.tar.gz"
 }

@@ -77,9 +77,9 @@ TEST_CASE("a group that fails a check launches nothing, and its scratch is still
     REQUIRE(g.add_send_recv({nullptr, 8, 2, 1}));
     DeviceGroup::Launch l = g.close(2, plan_of(8, 2, 16));
     CHECK(l.status.code() == ErrorCode::kInvalidArgument);
-    CHECK_MESSAGE(l.status.message().find("send/recv on rank 2: a send to this rank and its receive") !=
-                      std::string::npos,
-                  l.status.message());
+    CHECK_MESSAGE(
+        l.status.message().find("send/recv on rank 2: a send to this rank and its receive") != std::string::npos,
+        l.status.message());
     CHECK_MESSAGE(l.status.message().find("nothing of the group was launched") != std::string::npos,
                   l.status.message());
     CHECK(kinds(l) == std::vector<LaunchStep::Kind>{LaunchStep::kFreeScratch});
@@ -100,9 +100,9 @@ TEST_CASE("a group that fails a check launches nothing, and its scratch is still
     REQUIRE(g.use_stream("all_reduce", 1, &s1).ok());
     Status s = g.use_stream("broadcast", 1, &s2);
     CHECK(s.code() == ErrorCode::kInvalidArgument);
-    CHECK_MESSAGE(s.message().find("broadcast on rank 1: every call of a group must use one stream") !=
-                      std::string::npos,
-                  s.message());
+    CHECK_MESSAGE(
+        s.message().find("broadcast on rank 1: every call of a group must use one stream") != std::string::npos,
+        s.message());
   }
 }
 

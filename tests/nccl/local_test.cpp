@@ -285,6 +285,38 @@ int device() {
     CHECK(h[9] == 3 * (input(0, 9) + input(1, 9)), "device PreMulSum rank %d: %g", r, h[9]);
     NCCL_CHECK(ncclRedOpDestroy(premul[r], comms[r]));
   }
+  // One group per rank holding an in-place all-to-all and two PreMulSum all_reduces: each
+  // call's scratch (the all-to-all's copy, the scaled inputs) must outlive the group's kernels,
+  // which start at ncclGroupEnd; freed before, the second scaled input lands in the first's.
+  float* ata[P];
+  for (int r = 0; r < P; ++r) {
+    CUDA_CHECK(cudaMalloc(&ata[r], count * P * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(ata[r], send[r], count * P * sizeof(float), cudaMemcpyDeviceToDevice));
+    NCCL_CHECK(ncclRedOpCreatePreMulSum(&premul[r], scalar[r], ncclFloat32, ncclScalarDevice, comms[r]));
+  }
+  NCCL_CHECK(ncclGroupStart());
+  for (int r = 0; r < P; ++r) {
+    NCCL_CHECK(ncclAlltoAll(ata[r], ata[r], count, ncclFloat32, comms[r], streams[r]));
+    NCCL_CHECK(ncclAllReduce(send[r], recv[r], count, ncclFloat32, premul[r], comms[r], streams[r]));
+    NCCL_CHECK(ncclAllReduce(send[r] + count, recv[r] + count, count, ncclFloat32, premul[r], comms[r], streams[r]));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  for (int r = 0; r < P; ++r) {
+    auto h = fetch(r, count * P);
+    for (size_t i : {size_t{9}, count + 9, count - 1, 2 * count - 1})
+      CHECK(h[i] == 3 * (input(0, i) + input(1, i)), "grouped PreMulSum rank %d element %zu: %g", r, i, h[i]);
+    std::vector<float> a(count * P);
+    CUDA_CHECK(cudaMemcpy(a.data(), ata[r], a.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int from = 0; from < P; ++from)
+      for (size_t i : {size_t{1}, count - 1}) {
+        const float want = input(from, static_cast<size_t>(r) * count + i);
+        CHECK(a[static_cast<size_t>(from) * count + i] == want,
+              "grouped in-place all-to-all rank %d from %d: %g, want %g", r, from,
+              a[static_cast<size_t>(from) * count + i], want);
+      }
+    NCCL_CHECK(ncclRedOpDestroy(premul[r], comms[r]));
+    CUDA_CHECK(cudaFree(ata[r]));
+  }
   // all_gather, reduce_scatter, broadcast from 1, all-to-all
   grouped([&](int r) { return ncclAllGather(send[r], recv[r], count, ncclFloat32, comms[r], streams[r]); });
   for (int r = 0; r < P; ++r) {

@@ -63,6 +63,34 @@ grep -q "kernel benchmarks: no results" "$T/summary.txt" || fail "summary of not
 if [ -n "${1:-}" ]; then
   "$1" all_reduce -N 2 -b 1M -e 4M -f 4 -n 2 -w 1 -c 1 -J "$T/all_reduce_2.json" >/dev/null || fail "dcomm-bench failed"
   python3 "$ROOT/scripts/lib/gpu_summary.py" "$T" >"$T/summary.txt" || fail "the summary failed on dcomm-bench's JSON"
-  grep -qE "all_reduce 2 ranks .* 1M [0-9]+, 4M [0-9]+; #wrong 0" "$T/summary.txt" || { cat "$T/summary.txt"; fail "summary of a run"; }
+  grep -qE "all_reduce 2 ranks on one GPU .*#wrong 0" "$T/summary.txt" || { cat "$T/summary.txt"; fail "summary of a run"; }
+  grep -qE "^ +1Mi +[0-9]+ +[0-9]+ " "$T/summary.txt" && grep -qE "^ +4Mi +[0-9]+ " "$T/summary.txt" ||
+    { cat "$T/summary.txt"; fail "the summary's rows"; }
 fi
+
+# 5. A failed step: its limit reaches the command (CS_STEP_LIMIT_S), and CS_ON_FAIL's output
+# ends its log, after a failure and after a timeout.
+cat >"$T/fail.sh" <<EOS
+source "$ROOT/scripts/lib/check-steps.sh"
+CS_RESERVE=1
+CS_ON_FAIL="echo still on the GPU: nothing"
+cs_init "$T/out5" 30
+cs_step limited 7 1 bash -c 'echo "limit \$CS_STEP_LIMIT_S"; exit 3'
+cs_step hung 2 1 sleep 30
+EOS
+bash "$T/fail.sh" >"$T/fail.log" 2>&1
+tar -xzf "$T/out5/check.tar.gz" -C "$T/out5"
+grep -q "limit 7" "$T/out5/limited.log" || fail "the step did not see its limit"
+grep -q "still on the GPU: nothing" "$T/out5/limited.log" || fail "CS_ON_FAIL's output is not in the failed step's log"
+grep -q "still on the GPU: nothing" "$T/out5/hung.log" || fail "CS_ON_FAIL did not run after a timeout"
+
+# 6. The GPU check's dry run, with no GPU: every step, its cap, and the caps' total against the budget.
+bash "$ROOT/scripts/gpu-check.sh" --dry-run >"$T/dry.log" 2>&1 || { cat "$T/dry.log"; fail "the dry run failed"; }
+grep -qE "^== dry run: [0-9]+ steps, caps adding up to [0-9]+s against a 300s budget" "$T/dry.log" || { cat "$T/dry.log"; fail "dry run: no total"; }
+for s in nccl_device all_reduce_2 tune_slots8 all_reduce_2_procs kernels torch_build; do
+  grep -qE "^$s +planned +[0-9]+s +ends by [0-9]+s" "$T/dry.log" || { cat "$T/dry.log"; fail "dry run: step $s is missing"; }
+done
+# The order of value: the NCCL device test and the 2-rank table before the kernels, torch last.
+order=$(awk '$2 == "planned" { print $1 }' "$T/dry.log" | tr '\n' ' ')
+case $order in *nccl_device*all_reduce_2*tune_*all_reduce_2_procs*kernels*torch_build*) ;; *) fail "dry run order: $order" ;; esac
 echo "check-steps: all good"

@@ -400,6 +400,29 @@ def check_gpu(gloo):
         for q in dist.batch_isend_irecv(ops):
             q.wait()
         check(torch.equal(out.cpu(), torch.full((5000,), float(peer_from))), "gpu batch_isend_irecv")
+    # Coalesced calls on CUDA tensors (one device group, launched by _end_coalescing): the
+    # copies out of the group's temporaries must follow its kernels, and the temporaries
+    # outlive them, or the outputs keep their inputs' values.
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    ts = [torch.full((1000 + 7 * i,), float(rank + 1 + i), device=dev) for i in range(3)]
+    with _coalescing_manager(device=dev, async_ops=True) as cm:
+        for t in ts:
+            dist.all_reduce(t)
+    cm.wait()
+    for i, t in enumerate(ts):
+        check(torch.equal(t.cpu(), torch.full((1000 + 7 * i,), total + n * i)), f"gpu _coalescing_manager all_reduce {i}")
+    outs = [torch.full((3000,), -1.0, device=dev) for _ in range(n)]
+    rs = torch.full((3000,), -1.0, device=dev)
+    dist.distributed_c10d._get_default_group()._start_coalescing(dev)
+    w1 = dist.all_gather(outs, torch.full((3000,), float(rank), device=dev), async_op=True)
+    w2 = dist.reduce_scatter(rs, [torch.full((3000,), float(rank + p), device=dev) for p in range(n)], async_op=True)
+    dist.distributed_c10d._get_default_group()._end_coalescing(dev).wait()
+    for w in (w1, w2):
+        if w is not None:
+            w.wait()
+    for p in range(n):
+        check(torch.equal(outs[p].cpu(), torch.full((3000,), float(p))), f"gpu coalesced all_gather (list) from {p}")
+    check(torch.equal(rs.cpu(), torch.full((3000,), float(sum(range(n)) + n * rank))), "gpu coalesced reduce_scatter (list)")
     # DDP on the GPU against Gloo on the CPU, from one seed.
     for find_unused, accumulate in ((False, 1), (False, 2)):
         mine = train(None, find_unused, accumulate, steps=5, device="cuda:0")

@@ -28,7 +28,7 @@ DCOMM_NAMESPACE_BEGIN
 struct LaunchStep {
   enum Kind { kWaitPrevious, kCollective, kSendRecv, kFreeScratch, kMarkLaunched };
   Kind kind;
-  size_t index = 0;        // kCollective: which of the group's collectives
+  size_t index = 0;         // kCollective: which of the group's collectives
   void* scratch = nullptr;  // kFreeScratch
 };
 
@@ -86,9 +86,9 @@ class DeviceGroup {
     for (int i = 0; i < l.p2p.nitems; ++i)
       if (l.p2p.items[i].peer == rank) to_self += l.p2p.items[i].is_send ? 1 : -1;
     if (to_self != 0)
-      return invalid_argument("send/recv on rank ", rank, ": a send to this rank and its receive must be in one group (",
-                              to_self > 0 ? "a send has no receive" : "a receive has no send",
-                              "); nothing of the group was launched");
+      return invalid_argument(
+          "send/recv on rank ", rank, ": a send to this rank and its receive must be in one group (",
+          to_self > 0 ? "a send has no receive" : "a receive has no send", "); nothing of the group was launched");
     if (l.p2p.nitems > 0) return check_p2p_grid(l.p2p.nlanes, plan, rank);
     return {};
   }

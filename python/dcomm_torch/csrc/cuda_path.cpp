@@ -68,55 +68,66 @@ c10::intrusive_ptr<c10d::Work> CudaPath::run(c10d::OpType type, const std::vecto
   ready.record(c10::cuda::getCurrentCUDAStream(device_));
   ready.block(stream_);
   for (const auto& t : touched) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
+  AfterLaunch after;
   {
     c10::cuda::CUDAStreamGuard on_comm(stream_);  // temporaries and copies of `body` run there too
-    check(body(static_cast<void*>(stream_.stream())));
+    check(body(static_cast<void*>(stream_.stream()), after));
   }
-  if (group_depth_ > 0) {
+  if (group_depth_ > 0) {  // the kernel is launched by group_end(): so are the copies after it
+    group_after_.push_back(std::move(after));
     group_outputs_.insert(group_outputs_.end(), outputs.begin(), outputs.end());
-    return c10::make_intrusive<CudaWork>(pg_.group_rank(), type, std::move(outputs),
-                                         std::make_shared<at::cuda::CUDAEvent>(), stream_, comm_);
+    return c10::make_intrusive<CudaWork>(pg_.group_rank(), type, std::move(outputs), group_end_, stream_, comm_);
   }
+  finish(after);
   auto end = std::make_shared<at::cuda::CUDAEvent>();
   end->record(stream_);
   return c10::make_intrusive<CudaWork>(pg_.group_rank(), type, std::move(outputs), end, stream_, comm_);
 }
 
+// On the communication stream, after the call's kernel was enqueued: the copies out of its
+// temporaries, then the temporaries go back to the caching allocator (their blocks are reused
+// only by later work on this stream, ordered after the kernel).
+void CudaPath::finish(AfterLaunch& after) {
+  c10::cuda::CUDAStreamGuard on_comm(stream_);
+  for (auto& copy : after.copies) copy();
+  after = AfterLaunch{};
+}
+
 c10::intrusive_ptr<c10d::Work> CudaPath::allreduce(at::Tensor& t, const Reduction& r) {
   TORCH_CHECK(t.is_contiguous(), "dcomm: CUDA all_reduce takes contiguous tensors");
-  return run(c10d::OpType::ALLREDUCE, {t}, {t}, [&](void* s) {
+  return run(c10d::OpType::ALLREDUCE, {t}, {t}, [&](void* s, AfterLaunch&) {
     if (r.premul != 1.0) t.mul_(r.premul);
     return device_all_reduce(comm_, t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), r.type, r.op, s);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> CudaPath::allreduce_coalesced(std::vector<at::Tensor>& ts, const Reduction& r) {
-  return run(c10d::OpType::ALLREDUCE_COALESCED, ts, ts, [&](void* s) {
+  return run(c10d::OpType::ALLREDUCE_COALESCED, ts, ts, [&](void* s, AfterLaunch& after) {
     std::vector<at::Tensor> flat;
     for (const auto& t : ts) flat.push_back(t.reshape({-1}));
-    at::Tensor buf = at::cat(flat);
+    at::Tensor buf = after.keep(at::cat(flat));
     if (r.premul != 1.0) buf.mul_(r.premul);
-    Status st =
-        device_all_reduce(comm_, buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(buf.numel()), r.type, r.op, s);
-    int64_t at = 0;
-    for (const auto& t : ts) {
-      t.copy_(buf.narrow(0, at, t.numel()).view(t.sizes()));
-      at += t.numel();
-    }
-    return st;
+    after.copies.push_back([ts, buf] {
+      int64_t at = 0;
+      for (const auto& t : ts) {
+        at::Tensor(t).copy_(buf.narrow(0, at, t.numel()).view(t.sizes()));
+        at += t.numel();
+      }
+    });
+    return device_all_reduce(comm_, buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(buf.numel()), r.type, r.op, s);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> CudaPath::broadcast(at::Tensor& t, int root) {
   TORCH_CHECK(t.is_contiguous(), "dcomm: CUDA broadcast takes contiguous tensors");
-  return run(c10d::OpType::BROADCAST, {t}, {t}, [&](void* s) {
+  return run(c10d::OpType::BROADCAST, {t}, {t}, [&](void* s, AfterLaunch&) {
     return device_broadcast(comm_, t.data_ptr(), t.data_ptr(), nbytes(t), DataType::kUint8, root, s);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> CudaPath::reduce(at::Tensor& t, const Reduction& r, int root) {
   TORCH_CHECK(t.is_contiguous(), "dcomm: CUDA reduce takes contiguous tensors");
-  return run(c10d::OpType::REDUCE, {t}, {t}, [&](void* s) {
+  return run(c10d::OpType::REDUCE, {t}, {t}, [&](void* s, AfterLaunch&) {
     if (r.premul != 1.0) t.mul_(r.premul);
     return device_reduce(comm_, t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), r.type, r.op, root, s);
   });
@@ -124,7 +135,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::reduce(at::Tensor& t, const Reduction& 
 
 c10::intrusive_ptr<c10d::Work> CudaPath::allgather_base(at::Tensor& out, at::Tensor& in) {
   TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "dcomm: CUDA all_gather_into_tensor takes contiguous tensors");
-  return run(c10d::OpType::_ALLGATHER_BASE, {in, out}, {out}, [&](void* s) {
+  return run(c10d::OpType::_ALLGATHER_BASE, {in, out}, {out}, [&](void* s, AfterLaunch&) {
     return device_all_gather(comm_, in.data_ptr(), out.data_ptr(), nbytes(in), DataType::kUint8, s);
   });
 }
@@ -132,20 +143,21 @@ c10::intrusive_ptr<c10d::Work> CudaPath::allgather_base(at::Tensor& out, at::Ten
 c10::intrusive_ptr<c10d::Work> CudaPath::allgather(std::vector<at::Tensor>& outs, at::Tensor& in) {
   std::vector<at::Tensor> touched = outs;
   touched.push_back(in);
-  return run(c10d::OpType::ALLGATHER, touched, outs, [&](void* s) {
-    at::Tensor src = in.contiguous();
-    at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
-    Status st = device_all_gather(comm_, src.data_ptr(), flat.data_ptr(), nbytes(src), DataType::kUint8, s);
-    for (size_t r = 0; r < outs.size(); ++r)
-      outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view(outs[r].sizes()));
-    return st;
+  return run(c10d::OpType::ALLGATHER, touched, outs, [&](void* s, AfterLaunch& after) {
+    at::Tensor src = after.keep(in.contiguous());
+    at::Tensor flat = after.keep(at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options()));
+    after.copies.push_back([outs, flat, n = in.numel()] {
+      for (size_t r = 0; r < outs.size(); ++r)
+        at::Tensor(outs[r]).copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
+    });
+    return device_all_gather(comm_, src.data_ptr(), flat.data_ptr(), nbytes(src), DataType::kUint8, s);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> CudaPath::reduce_scatter_base(at::Tensor& out, at::Tensor& in, const Reduction& r) {
   TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "dcomm: CUDA reduce_scatter_tensor takes contiguous tensors");
-  return run(c10d::OpType::_REDUCE_SCATTER_BASE, {in, out}, {out}, [&](void* s) {
-    at::Tensor src = r.premul != 1.0 ? in.mul(r.premul) : in;
+  return run(c10d::OpType::_REDUCE_SCATTER_BASE, {in, out}, {out}, [&](void* s, AfterLaunch& after) {
+    at::Tensor src = after.keep(r.premul != 1.0 ? in.mul(r.premul) : in);
     return device_reduce_scatter(comm_, src.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()), r.type, r.op,
                                  s);
   });
@@ -155,16 +167,15 @@ c10::intrusive_ptr<c10d::Work> CudaPath::reduce_scatter(at::Tensor& out, std::ve
                                                         const Reduction& r) {
   std::vector<at::Tensor> touched = ins;
   touched.push_back(out);
-  return run(c10d::OpType::REDUCE_SCATTER, touched, {out}, [&](void* s) {
+  return run(c10d::OpType::REDUCE_SCATTER, touched, {out}, [&](void* s, AfterLaunch& after) {
     std::vector<at::Tensor> flat;
     for (const auto& t : ins) flat.push_back(t.reshape({-1}));
-    at::Tensor src = at::cat(flat);
+    at::Tensor src = after.keep(at::cat(flat));
     if (r.premul != 1.0) src.mul_(r.premul);
-    at::Tensor dst = out.contiguous();
-    Status st =
-        device_reduce_scatter(comm_, src.data_ptr(), dst.data_ptr(), static_cast<size_t>(dst.numel()), r.type, r.op, s);
-    if (!dst.is_same(out)) out.copy_(dst);
-    return st;
+    at::Tensor dst = after.keep(out.contiguous());
+    if (!dst.is_same(out)) after.copies.push_back([out, dst] { at::Tensor(out).copy_(dst); });
+    return device_reduce_scatter(comm_, src.data_ptr(), dst.data_ptr(), static_cast<size_t>(dst.numel()), r.type, r.op,
+                                 s);
   });
 }
 
@@ -173,8 +184,8 @@ c10::intrusive_ptr<c10d::Work> CudaPath::gather(std::vector<at::Tensor>& outs, a
   const int me = pg_.group_rank(), n = pg_.group_size();
   std::vector<at::Tensor> touched = outs;
   touched.push_back(in);
-  return run(c10d::OpType::GATHER, touched, outs, [&](void* s) {
-    at::Tensor src = in.contiguous();
+  return run(c10d::OpType::GATHER, touched, outs, [&](void* s, AfterLaunch& after) {
+    at::Tensor src = after.keep(in.contiguous());
     device_group_start(comm_);
     Status st;
     if (me != root) st = device_send(comm_, src.data_ptr(), nbytes(src), root, s);
@@ -195,12 +206,12 @@ c10::intrusive_ptr<c10d::Work> CudaPath::scatter(at::Tensor& out, std::vector<at
   TORCH_CHECK(out.is_contiguous(), "dcomm: CUDA scatter takes a contiguous output");
   std::vector<at::Tensor> touched = ins;
   touched.push_back(out);
-  return run(c10d::OpType::SCATTER, touched, {out}, [&](void* s) {
+  return run(c10d::OpType::SCATTER, touched, {out}, [&](void* s, AfterLaunch& after) {
     device_group_start(comm_);
     Status st;
     if (me == root)
       for (int r = 0; r < n && st.ok(); ++r) {
-        at::Tensor src = ins[static_cast<size_t>(r)].contiguous();
+        at::Tensor src = after.keep(ins[static_cast<size_t>(r)].contiguous());
         st = device_send(comm_, src.data_ptr(), nbytes(out), r, s);
       }
     if (st.ok()) st = device_recv(comm_, out.data_ptr(), nbytes(out), root, s);
@@ -213,7 +224,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::alltoall(at::Tensor& out, at::Tensor& i
                                                   const std::vector<std::pair<size_t, size_t>>& out_parts,
                                                   const std::vector<std::pair<size_t, size_t>>& in_parts) {
   TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "dcomm: CUDA all_to_all_single takes contiguous tensors");
-  return run(c10d::OpType::ALLTOALL_BASE, {in, out}, {out}, [&](void* s) {
+  return run(c10d::OpType::ALLTOALL_BASE, {in, out}, {out}, [&](void* s, AfterLaunch&) {
     const char* src = static_cast<const char*>(in.data_ptr());
     char* dst = static_cast<char*>(out.data_ptr());
     device_group_start(comm_);
@@ -230,7 +241,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::alltoall(at::Tensor& out, at::Tensor& i
 // Tags are not carried on the device path: messages between a pair match in call order.
 c10::intrusive_ptr<c10d::Work> CudaPath::point_to_point(bool is_send, at::Tensor& t, int peer, int) {
   TORCH_CHECK(t.is_contiguous(), "dcomm: CUDA send/recv take contiguous tensors");
-  return run(is_send ? c10d::OpType::SEND : c10d::OpType::RECV, {t}, {t}, [&](void* s) {
+  return run(is_send ? c10d::OpType::SEND : c10d::OpType::RECV, {t}, {t}, [&](void* s, AfterLaunch&) {
     return is_send ? device_send(comm_, t.data_ptr(), nbytes(t), peer, s)
                    : device_recv(comm_, t.data_ptr(), nbytes(t), peer, s);
   });
@@ -243,16 +254,29 @@ void CudaPath::synchronize() {
 }
 
 void CudaPath::group_start() {
-  if (group_depth_++ == 0) group_outputs_.clear();
+  if (group_depth_++ == 0) {
+    group_outputs_.clear();
+    group_after_.clear();
+    group_end_ = std::make_shared<at::cuda::CUDAEvent>();  // the group's Works wait for it
+  }
   device_group_start(comm_);
 }
 
+// Launches the group's kernels, then the copies out of their temporaries, then records the
+// event every Work of the group waits on.
 c10::intrusive_ptr<c10d::Work> CudaPath::group_end() {
   c10::cuda::CUDAGuard guard(device_);
-  check(device_group_end(comm_));
-  --group_depth_;
-  auto end = std::make_shared<at::cuda::CUDAEvent>();
+  Status launched = device_group_end(comm_);
+  if (--group_depth_ > 0) {
+    check(launched);
+    return c10::make_intrusive<CudaWork>(pg_.group_rank(), c10d::OpType::UNKNOWN, std::vector<at::Tensor>{}, group_end_,
+                                         stream_, comm_);
+  }
+  for (auto& after : group_after_) finish(after);
+  group_after_.clear();
+  auto end = std::move(group_end_);
   end->record(stream_);
+  check(launched);
   return c10::make_intrusive<CudaWork>(pg_.group_rank(), c10d::OpType::UNKNOWN, std::move(group_outputs_), end, stream_,
                                        comm_);
 }

@@ -11,6 +11,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -67,11 +68,23 @@ class CudaPath {
   c10::intrusive_ptr<c10d::Work> group_end();
 
  private:
-  // Runs `body` on the communication stream after the current stream's work, the tensors
-  // recorded there; returns the Work whose end event follows it.
+  // What a call leaves for after its kernel is launched: the temporaries the kernel reads or
+  // writes (alive until then), and the copies out of them into the caller's tensors. Inside a
+  // group (coalescing) the kernel is launched by group_end(), so these wait for it.
+  struct AfterLaunch {
+    std::vector<at::Tensor> kept;
+    std::vector<std::function<void()>> copies;
+    at::Tensor keep(at::Tensor t) {
+      kept.push_back(t);
+      return t;
+    }
+  };
+  // Runs `body(stream, after)` on the communication stream after the current stream's work,
+  // the tensors recorded there; returns the Work whose end event follows it.
   template <class Body>
   c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, const std::vector<at::Tensor>& touched,
                                      std::vector<at::Tensor> outputs, Body body);
+  void finish(AfterLaunch& after);
   void check_device(const at::Tensor& t) const;
 
   ProcessGroupDcomm& pg_;
@@ -80,6 +93,8 @@ class CudaPath {
   c10::cuda::CUDAStream stream_;
   int group_depth_ = 0;
   std::vector<at::Tensor> group_outputs_;
+  std::vector<AfterLaunch> group_after_;
+  std::shared_ptr<at::cuda::CUDAEvent> group_end_;  // recorded by the outermost group_end()
 };
 
 }  // namespace dcomm_torch
