@@ -47,7 +47,10 @@ prepare() {
   rm -rf "$DEPS" && mkdir -p "$DEPS/include" "$DEPS/lib" "$DEPS/cmake/doctest" "$DEPS/cmake/benchmark"
   [ -d /usr/include/doctest ] || die "doctest is not installed here (apt-get install doctest-dev)"
   cp -r /usr/include/doctest "$DEPS/include/"
-  [ -d /usr/include/openssl ] && cp -r /usr/include/openssl "$DEPS/include/"
+  # OpenSSL's headers and libcrypto, for find_package(OpenSSL) there (-DOPENSSL_ROOT_DIR).
+  [ -d /usr/include/openssl ] && cp -r /usr/include/openssl "$DEPS/include/" &&
+    cp -r /usr/include/x86_64-linux-gnu/openssl "$DEPS/include/" 2>/dev/null
+  cp -a /usr/lib/x86_64-linux-gnu/libcrypto.so* "$DEPS/lib/" 2>/dev/null
   if [ -d /usr/include/benchmark ]; then
     cp -r /usr/include/benchmark "$DEPS/include/"
     cp -a /usr/lib/x86_64-linux-gnu/libbenchmark.so* /usr/lib/x86_64-linux-gnu/libbenchmark_main.a "$DEPS/lib/"
@@ -98,7 +101,7 @@ build() {
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   local prefix=()
-  [ -d "$DEPS" ] && prefix=(-DCMAKE_PREFIX_PATH="$DEPS/cmake" -DCMAKE_CXX_FLAGS="-I$DEPS/include")
+  [ -d "$DEPS" ] && prefix=(-DCMAKE_PREFIX_PATH="$DEPS/cmake" -DOPENSSL_ROOT_DIR="$DEPS")
   if [ ! -d /usr/include/doctest ] && [ ! -d "$DEPS/include/doctest" ]; then
     die "doctest is missing here: run 'bash scripts/gpu-check.sh --prepare' where it is installed and carry .gpu-deps"
   fi
@@ -199,10 +202,11 @@ step() {
 if [ "${CS_DRY_RUN:-0}" != 1 ]; then
   missing=$(ldd "$BIN"/* "$BIN"/lib/*.so* 2>/dev/null | grep 'not found' | sort -u | tr -s ' \t' ' ')
   built_from=$(sed -n 's/^sources: //p' "$BIN/MANIFEST" 2>/dev/null)
-  cs_note "binaries: $(head -1 "$BIN/MANIFEST" 2>/dev/null || echo 'none'); $(sed -n 's/^commit: /commit /p' "$BIN/MANIFEST" 2>/dev/null); this tree: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
-  if [ -n "$missing" ]; then cs_note "missing shared libraries: $missing"; fi
+  probe() { cs_say "probe: $*" && cs_note "$*"; }
+  probe "binaries: $(head -1 "$BIN/MANIFEST" 2>/dev/null || echo 'none'); $(sed -n 's/^commit: /commit /p' "$BIN/MANIFEST" 2>/dev/null); this tree: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
+  if [ -n "$missing" ]; then probe "missing shared libraries: $missing"; fi
   if [ -n "$built_from" ] && [ "$built_from" != "$(sources_hash)" ]; then
-    cs_note "WARNING: .gpu-bin was built from other sources ($built_from) than this tree's ($(sources_hash))"
+    probe "WARNING: .gpu-bin was built from other sources ($built_from) than this tree's ($(sources_hash))"
   fi
   if "$TEST" --list-test-cases >"$CS_WORK/probe.log" 2>&1; then
     cs_record binaries prebuilt 0 "$(head -1 "$BIN/MANIFEST" 2>/dev/null)"
