@@ -41,12 +41,12 @@ TEST_CASE("a group launches after the previous launch, collectives then send/rec
   REQUIRE(g.use_stream("all_reduce", 0, &stream).ok());
   DeviceCollWork w;
   g.add_collective(w, DataType::kFloat32);
-  g.keep_scratch(&scratch_a);  // PreMulSum's scaled input, read by the all_reduce
+  g.keep_scratch(&scratch_a, &stream);  // PreMulSum's scaled input, read by the all_reduce
   g.add_collective(w, DataType::kUint8);
   REQUIRE(g.use_stream("send", 0, &stream).ok());
   REQUIRE(g.add_send_recv({nullptr, 64, 1, 1}));
   REQUIRE(g.add_send_recv({nullptr, 64, 1, 0}));
-  g.keep_scratch(&scratch_b);  // an in-place all-to-all's copy, read by the sends
+  g.keep_scratch(&scratch_b, &stream);  // an in-place all-to-all's copy, read by the sends
   DeviceGroup::Launch l = g.close(0, plan_of(8, 2, 16));
   REQUIRE(l.status.ok());
   CHECK(l.stream == &stream);
@@ -57,6 +57,7 @@ TEST_CASE("a group launches after the previous launch, collectives then send/rec
   CHECK(l.steps[2].index == 1);
   CHECK(l.steps[4].scratch == &scratch_a);
   CHECK(l.steps[5].scratch == &scratch_b);
+  CHECK(l.steps[4].stream == &stream);
   CHECK(l.collectives.size() == 2);
   CHECK(l.collectives[1].type == DataType::kUint8);
   CHECK(l.p2p.nitems == 2);
@@ -73,7 +74,7 @@ TEST_CASE("a group that fails a check launches nothing, and its scratch is still
     DeviceGroup g;
     REQUIRE(g.use_stream("all_reduce", 2, &s1).ok());
     g.add_collective(DeviceCollWork{}, DataType::kFloat32);
-    g.keep_scratch(&scratch_a);
+    g.keep_scratch(&scratch_a, &s1);
     REQUIRE(g.add_send_recv({nullptr, 8, 2, 1}));
     DeviceGroup::Launch l = g.close(2, plan_of(8, 2, 16));
     CHECK(l.status.code() == ErrorCode::kInvalidArgument);
@@ -83,6 +84,15 @@ TEST_CASE("a group that fails a check launches nothing, and its scratch is still
     CHECK_MESSAGE(l.status.message().find("nothing of the group was launched") != std::string::npos,
                   l.status.message());
     CHECK(kinds(l) == std::vector<LaunchStep::Kind>{LaunchStep::kFreeScratch});
+  }
+  {  // a group with nothing to launch (calls staged through the host): its scratch is still
+     // freed, on the stream the staged copies read it from
+    DeviceGroup g;
+    g.keep_scratch(&scratch_b, &s2);
+    DeviceGroup::Launch l = g.close(0, plan_of(8, 2, 16));
+    CHECK(l.status.ok());
+    REQUIRE(kinds(l) == std::vector<LaunchStep::Kind>{LaunchStep::kFreeScratch});
+    CHECK(l.steps[0].stream == &s2);
   }
   {  // a send/recv grid larger than the rank's share of its GPU
     DeviceGroup g;

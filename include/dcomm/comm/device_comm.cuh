@@ -164,7 +164,7 @@ class DeviceCommunicator {
     void* p = nullptr;
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaMallocAsync(&p, bytes ? bytes : 1, stream),
                                       detail::cat("cudaMallocAsync of ", bytes, " bytes of scratch")));
-    group_.keep_scratch(p);
+    group_.keep_scratch(p, stream);
     return p;
   }
 
@@ -460,7 +460,8 @@ class DeviceCommunicator {
           break;
         }
         case LaunchStep::kFreeScratch:
-          s = cuda_status(cudaFreeAsync(step.scratch, stream), "cudaFreeAsync (scratch)");
+          s = cuda_status(cudaFreeAsync(step.scratch, static_cast<cudaStream_t>(step.stream)),
+                          "cudaFreeAsync (scratch)");
           break;
         case LaunchStep::kMarkLaunched: s = mark_launched(stream); break;
       }

@@ -10,11 +10,13 @@
 //      orders a communicator's launches the same way).
 //   3. The collectives in call order, then one kernel for every send and receive.
 //   4. Then the scratch the group's calls read (PreMulSum's scaled input, an in-place
-//      all-to-all's copy) is freed, stream-ordered after the kernels that read it; and the
-//      launch is marked, for the next one to wait on and for the destructor.
+//      all-to-all's copy) is freed, each on the stream it was taken on, after the kernels (or
+//      the staged copies) that read it; and the launch is marked, for the next one to wait on
+//      and for the destructor.
 // A failed check still frees the scratch (nothing reads it).
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "dcomm/comm/device_plan.hpp"
@@ -29,7 +31,8 @@ struct LaunchStep {
   enum Kind { kWaitPrevious, kCollective, kSendRecv, kFreeScratch, kMarkLaunched };
   Kind kind;
   size_t index = 0;         // kCollective: which of the group's collectives
-  void* scratch = nullptr;  // kFreeScratch
+  void* scratch = nullptr;  // kFreeScratch: what, and on which stream
+  void* stream = nullptr;
 };
 
 class DeviceGroup {
@@ -57,8 +60,8 @@ class DeviceGroup {
   void add_collective(const DeviceCollWork& w, DataType type) { collectives_.push_back({w, type}); }
   // False when the group holds DeviceP2pWork::kMaxItems sends and receives already.
   bool add_send_recv(const DeviceP2pItem& item) { return add_p2p_item(p2p_, item); }
-  // Scratch that the group's kernels read: freed after they are launched.
-  void keep_scratch(void* p) { scratch_.push_back(p); }
+  // Scratch taken on `stream` that the group's calls read: freed there after they are launched.
+  void keep_scratch(void* p, void* stream) { scratch_.push_back({p, stream}); }
 
   // Takes the group (this one is empty again) and says how to launch it.
   Launch close(int rank, const DeviceLaunchPlan& plan) {
@@ -66,7 +69,7 @@ class DeviceGroup {
     l.stream = stream_;
     l.collectives = std::move(collectives_);
     l.p2p = p2p_;
-    std::vector<void*> scratch = std::move(scratch_);
+    std::vector<std::pair<void*, void*>> scratch = std::move(scratch_);
     *this = DeviceGroup{};
     l.status = check(l, rank, plan);
     const bool launch = l.status.ok() && (!l.collectives.empty() || l.p2p.nitems > 0);
@@ -75,7 +78,7 @@ class DeviceGroup {
       for (size_t i = 0; i < l.collectives.size(); ++i) l.steps.push_back({LaunchStep::kCollective, i});
       if (l.p2p.nitems > 0) l.steps.push_back({LaunchStep::kSendRecv});
     }
-    for (void* p : scratch) l.steps.push_back({LaunchStep::kFreeScratch, 0, p});
+    for (const auto& [p, on] : scratch) l.steps.push_back({LaunchStep::kFreeScratch, 0, p, on});
     if (launch) l.steps.push_back({LaunchStep::kMarkLaunched});
     return l;
   }
@@ -97,7 +100,7 @@ class DeviceGroup {
   void* stream_ = nullptr;
   std::vector<Collective> collectives_;
   DeviceP2pWork p2p_{};
-  std::vector<void*> scratch_;
+  std::vector<std::pair<void*, void*>> scratch_;  // (memory, its stream)
 };
 
 DCOMM_NAMESPACE_END
