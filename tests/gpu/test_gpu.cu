@@ -556,14 +556,14 @@ void run_processes(const char* mode, int n, std::vector<std::string> env, std::c
 // A communicator spanning "hosts" (DCOMM_TEST_RANKS_PER_HOST=1) stages every call through
 // pinned memory and the host communicator; two streams' calls must not share a buffer.
 TEST_CASE("the staged path (ranks on other hosts) from two streams, processes") {
-  run_processes("--gpu-staged-worker", 2, {"DCOMM_TEST_RANKS_PER_HOST=1"}, std::chrono::seconds(60));
+  run_processes("--gpu-staged-worker", 2, {"DCOMM_TEST_RANKS_PER_HOST=1"}, std::chrono::seconds(25));
 }
 
-// Last: the slowest case.
+// Last: the slowest case (both sizes inside the GPU check's 60 s cap for it).
 TEST_CASE("collectives on device memory: processes sharing one GPU through CUDA IPC") {
   for (int n : {2, 3}) {
     CAPTURE(n);
-    run_processes("--gpu-worker", n, {}, std::chrono::seconds(60));
+    run_processes("--gpu-worker", n, {}, std::chrono::seconds(25));
   }
 }
 
