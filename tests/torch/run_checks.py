@@ -1,8 +1,11 @@
 """Runs the dcomm torch backend's checks (backend_checks.py) the ways users start them:
-torchrun with 2 and 4 processes, and init_process_group with file:// and tcp:// init methods.
+torchrun with 2 and 4 processes, and init_process_group with file:// and tcp:// init methods;
+on torch 2.x also torch2_checks.py (hooks, groups, abort, and TORCH_DISTRIBUTED_DEBUG=DETAIL).
 Prints one line per run and exits 1 if any failed.
 
-    /usr/bin/python3 tests/torch/run_checks.py [--quick]
+    python tests/torch/run_checks.py [--quick]     the backend matrix (the Python whose torch is tested)
+    python tests/torch/run_checks.py --parallel    torch 2.x: FSDP2, DTensor, TP, functional collectives
+                                                   and DDP's hooks on dcomm and on gloo, compared
 """
 import os
 import socket
@@ -13,7 +16,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECKS = os.path.join(HERE, "backend_checks.py")
+TORCH2 = os.path.join(HERE, "torch2_checks.py")
 PY = sys.executable
+TORCH_MAJOR = int(__import__("torch").__version__.split(".")[0])
 
 
 def free_port():
@@ -22,10 +27,45 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun(n, *args, timeout=600):
+def torchrun(n, *args, timeout=600, script=CHECKS, env=None):
     cmd = [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "--max_restarts=0",
-           "-r", "1", "-t", "1", "--log_dir", tempfile.mkdtemp(prefix="dcomm-torchrun-"), CHECKS, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+           "-r", "1", "-t", "1", "--log_dir", tempfile.mkdtemp(prefix="dcomm-torchrun-"), script, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+# Half-precision results differ from gloo's by rounding order (dcomm accumulates fp16 and
+# bf16 in fp32; gloo in the half type): bounded by the type's precision. Data movement
+# (DTensor, tensor parallelism, functional collectives of small integers) is exact.
+TOLERANCE = {"ddp/fp16/": 1e-4, "ddp/bf16/": 1e-3, "dtensor/": 0, "tp/": 0, "fc/": 0}
+
+
+def compare_parallel(out, world=4):
+    import torch
+    bad = []
+    for r in range(world):
+        mine, theirs = torch.load(f"{out}/dcomm.{r}.pt"), torch.load(f"{out}/gloo.{r}.pt")
+        if mine.keys() != theirs.keys():
+            bad.append(f"rank {r}: results {sorted(set(mine) ^ set(theirs))} on one backend only")
+        for k in mine.keys() & theirs.keys():
+            a, b = mine[k].double(), theirs[k].double()
+            rel = ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item() if a.numel() else 0.0
+            tol = next((t for p, t in TOLERANCE.items() if k.startswith(p)), 1e-6)
+            if a.shape != b.shape or rel > tol:
+                bad.append(f"rank {r}: {k} differs from gloo's by {rel:.2e} (allowed {tol:g})")
+    return bad
+
+
+def parallel_runs():
+    out = tempfile.mkdtemp(prefix="dcomm-parallel-")
+    t0 = time.time()
+    runs = {b: torchrun(4, "parallel", b, out, script=TORCH2) for b in ("dcomm", "gloo")}
+    bad = [f"{b}: exit {p.returncode}\n{(p.stdout + p.stderr)[-3000:]}" for b, p in runs.items() if p.returncode]
+    bad = bad or compare_parallel(out)
+    print(f"{'FAIL' if bad else 'ok  '} FSDP2, DTensor, TP, functional collectives, DDP hooks: dcomm = gloo, "
+          f"4 processes ({time.time() - t0:.0f} s)", flush=True)
+    for line in bad[:20]:
+        print("  " + line)
+    return bool(bad)
 
 
 def spawn(n, *args, timeout=600):
@@ -43,6 +83,8 @@ def spawn(n, *args, timeout=600):
 
 
 def main():
+    if "--parallel" in sys.argv:
+        sys.exit(1 if parallel_runs() else 0)
     quick = "--quick" in sys.argv
     runs = [
         ("collectives, 2 processes", lambda: torchrun(2, "collectives")),
@@ -54,6 +96,14 @@ def main():
         ("DDP against Gloo, 2 processes", lambda: torchrun(2, "ddp")),
         ("DDP against Gloo, 4 processes", lambda: torchrun(4, "ddp")),
     ]
+    if TORCH_MAJOR >= 2:
+        runs += [
+            ("torch 2 hooks, 4 processes", lambda: torchrun(4, "hooks", script=TORCH2)),
+            ("split and eager groups, 2-D mesh, 4 processes", lambda: torchrun(4, "groups", script=TORCH2)),
+            ("abort() on one rank, 3 processes", lambda: torchrun(3, "abort", script=TORCH2)),
+            ("collectives under TORCH_DISTRIBUTED_DEBUG=DETAIL, 2 processes",
+             lambda: torchrun(2, "collectives", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})),
+        ]
     if quick:
         runs = runs[:1]
     failed = 0

@@ -134,6 +134,10 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
 inline Choice choose_for(const SetupFacts& f, const Config& config, const CallShape& shape) {
   return choose_algorithm(shape, config, f.single_copy, f.link);
 }
+// The cost model's time for a collective of this shape, by the algorithm it would run.
+inline double predict_call_us(const SetupFacts& f, const Config& config, const CallShape& shape) {
+  return predict_us(choose_for(f, config, shape).algorithm, shape, f.link);
+}
 
 // In place as every rank sees it alike: reduce_scatter's output is block `rank` of its
 // input, all_gather's input is block `rank` of its output (so only rank 0's pointers are

@@ -53,6 +53,51 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       pybind11::arg("backend"), pybind11::arg("tensor"), pybind11::arg("iters"),
       pybind11::call_guard<pybind11::gil_scoped_release>());
+#if TORCH_VERSION_MAJOR >= 2
+  // The backend's own Python type (a c10d Backend underneath), so that torch finds the methods
+  // it looks for on split sources: perform_nocolor_split (a rank outside a new group, when the
+  // group is split from an eagerly initialized parent).
+  pybind11::class_<dcomm_torch::ProcessGroupDcomm, c10d::Backend, c10::intrusive_ptr<dcomm_torch::ProcessGroupDcomm>>(
+      m, "ProcessGroupDcomm")
+      .def(
+          "perform_nocolor_split",
+          [](dcomm_torch::ProcessGroupDcomm& pg, const at::Device&) { pg.perform_nocolor_split(); },
+          pybind11::call_guard<pybind11::gil_scoped_release>())
+      .def(
+          "split",
+          [](dcomm_torch::ProcessGroupDcomm& pg, const c10::intrusive_ptr<c10d::Store>& store,
+             const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
+            auto opts = c10::make_intrusive<c10d::Backend::Options>("dcomm", timeout);
+            return pg.split(store, ranks, opts);
+          },
+          pybind11::arg("store"), pybind11::arg("ranks"), pybind11::arg("timeout"),
+          pybind11::call_guard<pybind11::gil_scoped_release>())
+      .def("sequence_number", &dcomm_torch::ProcessGroupDcomm::getSequenceNumberForGroup);
+#endif
+#if DCOMM_TORCH_2_15
+  // For the hook test: `iters` all_reduces of `tensor` with a completion hook registered;
+  // returns each call's (Work completion key, the key the hook saw, the hook's milliseconds).
+  m.def("_completion_hook_probe",
+        [](const c10::intrusive_ptr<dcomm_torch::BackendBase>& backend, at::Tensor tensor, int iters) {
+          std::mutex mu;
+          std::vector<std::pair<uint64_t, float>> seen;
+          backend->registerCompletionHook(4242, [&](const c10d::CompletionHookArgs& a) {
+            std::lock_guard<std::mutex> lock(mu);
+            seen.emplace_back(a.completionKey, a.duration_ms.value_or(-1));
+          });
+          std::vector<std::tuple<uint64_t, uint64_t, float>> out;
+          for (int i = 0; i < iters; ++i) {
+            std::vector<at::Tensor> ts{tensor};
+            auto w = backend->allreduce(ts, c10d::AllreduceOptions());
+            w->wait();
+            std::lock_guard<std::mutex> lock(mu);
+            out.emplace_back(w->getCompletionKey(), seen.empty() ? 0 : seen.back().first,
+                             seen.empty() ? -1.f : seen.back().second);
+          }
+          backend->unregisterCompletionHook(4242);
+          return out;
+        });
+#endif
   m.attr("torch_major") = TORCH_VERSION_MAJOR;
 #ifdef DCOMM_TORCH_CUDA
   m.attr("cuda") = true;

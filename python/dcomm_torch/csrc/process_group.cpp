@@ -42,9 +42,12 @@ void WorkState::complete(std::exception_ptr e) {
   {
     std::lock_guard<std::mutex> lock(mu);
     error = e;
+    finished = std::chrono::steady_clock::now();
+    if (started == std::chrono::steady_clock::time_point{}) started = finished;
     done = true;
     f = future;
   }
+  if (hub) hub->finished(*this);  // before waiters wake: a hook has seen the call when wait() returns
   cv.notify_all();
   if (f) finish_future(*f, e, outputs);
 }
@@ -233,6 +236,15 @@ ProcessGroupDcomm::ProcessGroupDcomm(const c10::intrusive_ptr<c10d::Store>& stor
   auto comm = dcomm::Communicator::init(rank, size, id, *config);
   if (!comm.ok()) raise(comm.status().with_context("dcomm backend"));
   comm_ = std::move(*comm);
+  hub_->timeout = comm_->config().timeout;
+}
+
+ProcessGroupDcomm::ProcessGroupDcomm(std::unique_ptr<dcomm::Communicator> comm, std::chrono::milliseconds timeout)
+    : BackendBase(comm->rank(), comm->size()), comm_(std::move(comm)) {
+  auto inline_bytes = dcomm::env_size("DCOMM_TORCH_INLINE_BYTES", static_cast<long long>(inline_bytes_), 0, 1LL << 40);
+  if (inline_bytes.ok()) inline_bytes_ = static_cast<size_t>(*inline_bytes);
+  if (dcomm::env_or("DCOMM_TIMEOUT_MS").empty() && timeout.count() > 0) comm_->set_timeout(timeout);
+  hub_->timeout = comm_->config().timeout;
 }
 
 ProcessGroupDcomm::~ProcessGroupDcomm() {
@@ -251,15 +263,24 @@ c10::intrusive_ptr<BackendBase> ProcessGroupDcomm::create(const c10::intrusive_p
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                                           size_t bytes, Job job) {
+  check_open(c10d::opTypeToString(type).c_str());
   start_pending_p2p();  // sends and receives posted before this call go first
-  auto state = std::make_shared<WorkState>();
-  state->outputs = std::move(outputs);
+  auto state = new_state(type, std::move(outputs));
+  if (estimated(type, bytes)) {
+    state->complete(nullptr);
+    return c10::make_intrusive<DcommWork>(group_rank(), type, state);
+  }
   queue_.submit(
-      [state, job = std::move(job)] {
+      [this, state, job = std::move(job)] {
         std::exception_ptr error;
+        state->started = std::chrono::steady_clock::now();
+        if (comm_->config().timeout != state->timeout) comm_->set_timeout(state->timeout);
         try {
           Status s = job();
-          if (!s.ok()) raise(s);
+          if (!s.ok()) {
+            hub_->failed(s);
+            raise(s);
+          }
         } catch (...) {
           error = std::current_exception();
         }
@@ -267,6 +288,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::enqueue(c10d::OpType type, std
       },
       bytes <= inline_bytes_);
   return c10::make_intrusive<DcommWork>(group_rank(), type, state);
+}
+
+std::shared_ptr<WorkState> ProcessGroupDcomm::new_state(c10d::OpType type, std::vector<at::Tensor> outputs) {
+  auto state = std::make_shared<WorkState>();
+  state->outputs = std::move(outputs);
+  state->type = type;
+  state->seq = ++seq_;
+  state->timeout = hub_->timeout_for(state->seq);
+  state->hub = hub_;
+  return state;
+}
+
+void ProcessGroupDcomm::check_open(const char* what) const {
+  TORCH_CHECK(!shut_down_, "dcomm: ", what, " on a process group that was shut down (rank ", rank_, " of ", size_, ")");
 }
 
 #ifdef DCOMM_TORCH_CUDA
@@ -286,6 +321,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::enqueue(c10d::OpType type, std
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allreduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::AllreduceOptions& opts) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (tensors.size() == 1 && tensors[0].layout() == at::kSparse) return allreduce_sparse(tensors, opts);
+#endif
   check_one(tensors, "all_reduce");
   at::Tensor t = tensors[0];
   const Reduction r = reduction_for(t, opts.reduceOp, "all_reduce");
@@ -631,8 +669,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::point_to_point(c10d::OpType ty
               ", which is not in this group of ", group_size());
   at::Tensor t = tensors[0];
   DCOMM_TORCH_ON_CUDA(t, point_to_point(is_send, t, peer, tag));
-  auto state = std::make_shared<WorkState>();
-  state->outputs = {t};
+  check_open(is_send ? "send" : "recv");
+  auto state = new_state(type, {t});
+  if (estimated(type, nbytes(t))) {
+    state->complete(nullptr);
+    return c10::make_intrusive<DcommWork>(group_rank(), type, state);
+  }
   state->start = [this] { start_pending_p2p(); };
   {
     std::lock_guard<std::mutex> lock(p2p_mu_);
@@ -672,9 +714,13 @@ void ProcessGroupDcomm::start_pending_p2p() {
               p.is_send ? dcomm::P2POp::send(p.tensor.data_ptr(), nbytes(p.tensor), DataType::kUint8, p.peer, p.tag)
                         : dcomm::P2POp::recv(p.tensor.data_ptr(), nbytes(p.tensor), DataType::kUint8, p.peer, p.tag));
         std::exception_ptr error;
+        for (const auto& p : batch) p.state->started = std::chrono::steady_clock::now();
         try {
           Status s = comm_->p2p(ops);
-          if (!s.ok()) raise(s);
+          if (!s.ok()) {
+            hub_->failed(s);
+            raise(s);
+          }
           for (const auto& p : batch)
             if (!p.is_send) write_back(p.user, p.tensor);
         } catch (...) {

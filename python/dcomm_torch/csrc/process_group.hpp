@@ -14,7 +14,9 @@
 
 #include <torch/version.h>
 
+#include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,6 +42,37 @@ using BackendBase = c10d::Backend;
 #else
 using BackendBase = c10d::ProcessGroup;
 #endif
+// The hooks torch 2.15 added to c10d::Backend (abort and completion hooks, ephemeral
+// timeouts, time estimation, completion keys); 2.11 (the GPU machine's) lacks them.
+#define DCOMM_TORCH_2_15 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15))
+
+struct WorkState;
+
+// What a group's calls report when they end, shared by the group and its Works (a Work may
+// outlive its group): the hooks torch registers, the group's first error (getError), and the
+// temporary timeout extensions (addEphemeralTimeout) each waiting for the call that ends them.
+struct Completions {
+  std::mutex mu;
+  std::map<int64_t, std::function<void()>> abort_hooks;
+  std::map<int64_t, std::function<void(uint64_t key, float ms)>> completion_hooks;
+  std::function<void(const WorkState&)> on_completion;  // torch's registerOnCompletionHook
+  std::atomic<int> error{0};                            // a c10d::ErrorType
+  bool abort_hooks_ran = false;
+  std::chrono::milliseconds timeout{0};  // the group's, set by setTimeout
+  struct Extension {
+    std::chrono::milliseconds extra;
+    uint64_t ended_by;  // the key of the first call made after it (0: none yet)
+  };
+  std::vector<Extension> extensions;
+
+  // The deadline of a call made now, whose key is `key` (it claims unclaimed extensions).
+  std::chrono::milliseconds timeout_for(uint64_t key);
+  // A call failed with `s`: the group's error is set (the first one stays) and the abort
+  // hooks run, once, before the failure is reported.
+  void failed(const dcomm::Status& s);
+  void run_abort_hooks();
+  void finished(const WorkState& w);
+};
 
 // The completion of one call: what Work and its Future report. The future is made only when
 // asked for (DDP asks; a plain dist.all_reduce does not): making and completing one costs
@@ -52,6 +85,13 @@ struct WorkState {
   std::vector<at::Tensor> outputs;
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::function<void()> start;  // a point-to-point call not yet started: starts its batch
+  // For torch's hooks and Work's getters: the call's sequence number in its group (also its
+  // completion key), type, deadline, and when it ran.
+  uint64_t seq = 0;
+  c10d::OpType type = c10d::OpType::UNKNOWN;
+  std::chrono::milliseconds timeout{0};
+  std::chrono::steady_clock::time_point started{}, finished{};
+  std::shared_ptr<Completions> hub;
 
   void complete(std::exception_ptr e);
   c10::intrusive_ptr<c10::ivalue::Future> get_future();
@@ -68,6 +108,14 @@ class DcommWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout) override;
   void synchronize() override {}
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+#if TORCH_VERSION_MAJOR >= 2
+  float getDuration() const override;
+  uint64_t getSequencenumber() const override { return state_->seq; }
+#endif
+#if DCOMM_TORCH_2_15
+  std::chrono::milliseconds getTimeout() const override { return state_->timeout; }
+  uint64_t getCompletionKey() const override { return state_->seq; }
+#endif
 
  private:
   void start_if_pending();
@@ -80,6 +128,8 @@ class ProcessGroupDcomm : public BackendBase {
  public:
   ProcessGroupDcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     std::chrono::milliseconds timeout);
+  // A group over a communicator split from another's (split, perform_nocolor_split).
+  ProcessGroupDcomm(std::unique_ptr<dcomm::Communicator> comm, std::chrono::milliseconds timeout);
   ~ProcessGroupDcomm() override;
 
   // The creator torch.distributed calls: (store, rank, size, timeout).
@@ -130,6 +180,45 @@ class ProcessGroupDcomm : public BackendBase {
                                                                  const c10d::ReduceScatterOptions& opts) override;
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  // torch 2's hooks (backend_hooks.cpp).
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  bool supportsSplitting() const override { return true; }
+  bool supportsCoalescing() const override { return true; }
+  c10::intrusive_ptr<BackendBase> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                        const c10::intrusive_ptr<Options>& opts) override;
+  c10::intrusive_ptr<BackendBase> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                        const c10::intrusive_ptr<Options>& opts, const int& rank,
+                                        const int& size) override;
+  void perform_nocolor_split();  // a rank in none of split's groups (torch's new_group path)
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+  void setSequenceNumberForGroup() override {}  // every group starts at 0 on every rank
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  c10d::ErrorType getError() override { return static_cast<c10d::ErrorType>(hub_->error.load()); }
+  void abort() override;
+  void shutdown() override;
+  void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
+  void waitForPendingWorks() override;
+  void enableCollectivesTiming() override {}  // every call is timed
+  void eagerConnectSingleDevice(at::Device device) override;
+  std::shared_ptr<c10::Allocator> getMemAllocator() override;
+  at::Tensor allocateTensor(long size, at::TensorOptions options) override;
+  bool supportsTensorAlloc(c10::DeviceIndex device) override { return device < 0; }  // host memory
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+#if DCOMM_TORCH_2_15
+  bool supportsTimeEstimation() const override { return true; }
+  void startTimeEstimate() override;
+  float endTimeEstimate() override;
+  void addEphemeralTimeout(const std::chrono::milliseconds& timeout) override;
+  bool supportsAbortHooks() const override { return true; }
+  void registerAbortHook(int64_t id, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t id) override;
+  bool supportsCompletionHooks() const override { return true; }
+  void registerCompletionHook(int64_t id, c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(int64_t id) override;
+#endif
 #endif
 
   dcomm::Communicator& comm() { return *comm_; }
@@ -145,7 +234,18 @@ class ProcessGroupDcomm : public BackendBase {
   // A send or receive, gathered into the pending batch.
   c10::intrusive_ptr<c10d::Work> point_to_point(c10d::OpType type, std::vector<at::Tensor>& tensors, int peer, int tag);
   void start_pending_p2p();  // runs the gathered sends and receives as one batch
+  // A new call's state: its sequence number, type, deadline and the group's hub.
+  std::shared_ptr<WorkState> new_state(c10d::OpType type, std::vector<at::Tensor> outputs);
+  // Time estimation (torch 2.15's _time_estimator): while on, calls are predicted by dcomm's
+  // cost model and not run; false when off.
+  bool estimated(c10d::OpType type, size_t bytes);
+  void check_open(const char* what) const;
 
+  std::shared_ptr<Completions> hub_ = std::make_shared<Completions>();
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<bool> estimating_{false};
+  double estimate_us_ = 0;
+  bool shut_down_ = false;
   std::unique_ptr<dcomm::Communicator> comm_;
   size_t inline_bytes_ = 1u << 20;  // DCOMM_TORCH_INLINE_BYTES
   std::unique_ptr<CudaPath> cuda_;

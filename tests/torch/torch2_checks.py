@@ -1,0 +1,237 @@
+"""torch 2.x only: what c10d::Backend offers beyond the collectives, and the parallelism people
+build on it, one rank of a check (tests/torch/run_checks.py starts the ranks under torchrun).
+
+    torch2_checks.py hooks              sequence numbers, timeouts, errors, hooks, waitForPendingWorks,
+                                        time estimation, mem allocator, sparse all_reduce, any-source
+    torch2_checks.py groups             eager init, split_group, new_group / new_subgroups / DeviceMesh
+                                        made by splitting the parent; what each group costs
+    torch2_checks.py abort              abort(): every rank's call ends, abort hooks run, getError
+    torch2_checks.py parallel BACKEND OUT   FSDP2, DTensor on a 2-D mesh, tensor parallelism, functional
+                                        collectives (eager, aot_eager, inductor), DDP static_graph,
+                                        comm hooks and join(); every result saved to OUT for the
+                                        runner to compare dcomm's against gloo's
+
+Each rank prints "FAIL ..." lines for what went wrong and exits 1 if anything did.
+"""
+import datetime
+import glob
+import os
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import dcomm_torch  # registers "dcomm"
+from backend_checks import check, fail, failures  # one failure list and format for every check
+
+
+def raises(fn, words, what):
+    try:
+        fn()
+    except (RuntimeError, NotImplementedError) as e:
+        msg = str(e)
+        check(all(w in msg for w in words), f"{what}: the error does not say {words}: {msg[:300]}")
+        return
+    fail(f"{what}: no error")
+
+
+def backend_of(group=None):
+    return (group or dist.distributed_c10d._get_default_group())._get_backend(torch.device("cpu"))
+
+
+# ---- hooks ------------------------------------------------------------------------------------
+
+
+def check_hooks():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    be = backend_of()
+    check(isinstance(be, dcomm_torch._C.ProcessGroupDcomm), f"the cpu backend is {type(be)}")
+    # Sequence numbers: in step on every rank, one per call, also on each Work.
+    s0 = dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()
+    w = dist.all_reduce(torch.ones(4), async_op=True)
+    w.wait()
+    s1 = dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()
+    check(s1 == s0 + 1, f"sequence number went {s0} -> {s1} over one call")
+    check(w._get_sequence_number() == s1, f"the Work's sequence number {w._get_sequence_number()} != {s1}")
+    seqs = [None] * world
+    dist.all_gather_object(seqs, s1)
+    check(len(set(seqs)) == 1, f"sequence numbers differ between ranks: {seqs}")
+    check(w._get_duration() >= 0, "Work._get_duration")
+    # all_gather_object on a subgroup needs the sequence numbers (torch's own test of it).
+    sub = dist.new_group(list(range(0, world, 2)))
+    if rank % 2 == 0:
+        objs = [None] * len(range(0, world, 2))
+        dist.all_gather_object(objs, {"rank": rank}, group=sub)
+        check([o["rank"] for o in objs] == list(range(0, world, 2)), f"all_gather_object on a subgroup: {objs}")
+    # Timeouts: set_timeout and the ephemeral extension reach each Work.
+    be.set_timeout(datetime.timedelta(seconds=77))
+    w = dist.all_reduce(torch.ones(2), async_op=True)
+    w.wait()
+    check(abs(w.timeout.total_seconds() - 77) < 1e-6, f"timeout after set_timeout(77 s): {w.timeout}")
+    be._add_ephemeral_timeout(datetime.timedelta(seconds=5))
+    w = dist.all_reduce(torch.ones(2), async_op=True)
+    check(abs(w.timeout.total_seconds() - 82) < 1e-6, f"timeout with a 5 s extension: {w.timeout}")
+    w.wait()
+    w = dist.all_reduce(torch.ones(2), async_op=True)
+    w.wait()
+    check(abs(w.timeout.total_seconds() - 77) < 1e-6, f"the extension outlived its first call: {w.timeout}")
+    raises(lambda: be.set_timeout(datetime.timedelta(seconds=0)), ["setTimeout", "positive"], "set_timeout(0)")
+    be.set_timeout(datetime.timedelta(seconds=120))
+    check(be.get_error() == dist.distributed_c10d.ErrorType.SUCCESS if hasattr(dist.distributed_c10d, "ErrorType")
+          else str(be.get_error()).endswith("SUCCESS"), f"get_error on a healthy group: {be.get_error()}")
+    # Completion hooks: the C++ one (key and duration of every call), and torch's on-completion.
+    for work_key, hook_key, ms in dcomm_torch._C._completion_hook_probe(be, torch.ones(16), 5):
+        check(work_key == hook_key and work_key > 0 and ms >= 0, f"completion hook saw ({hook_key}, {ms}) for {work_key}")
+    check(be.supports_completion_hooks and be.supports_abort_hooks, "supports_*_hooks")
+    infos = []
+    pg = dist.distributed_c10d._get_default_group()
+    pg._register_on_completion_hook(lambda info: infos.append((info.op_type, info.seq)))
+    dist.all_reduce(torch.ones(3))
+    dist.broadcast(torch.ones(3), src=0)
+    check([str(i[0]).split(".")[-1] for i in infos][-2:] == ["ALLREDUCE", "BROADCAST"], f"on-completion hook: {infos}")
+    # waitForPendingWorks: every queued call has ended when it returns.
+    works = [dist.all_reduce(torch.ones(1 << 20), async_op=True) for _ in range(3)]
+    pg._wait_for_pending_works()
+    check(all(x.is_completed() for x in works), "_wait_for_pending_works returned with calls in flight")
+    # Time estimation: calls are predicted, not run (the tensor keeps its value).
+    t = torch.full((1 << 20,), 1.0)
+    with dist._time_estimator() as est:
+        dist.all_reduce(t)
+        dist.all_gather_into_tensor(torch.empty(world << 20), t)
+    check(torch.equal(t, torch.full((1 << 20,), 1.0)), "a call inside _time_estimator ran")
+    with dist._time_estimator() as small:
+        dist.all_reduce(torch.ones(16))
+    check(est.estimated_time > small.estimated_time > 0, f"estimates {est.estimated_time} / {small.estimated_time} us")
+    # Tensors in dcomm's shareable memory: usable by every collective, in and out of place.
+    check(be.supports_tensor_alloc(torch.device("cpu")), "supports_tensor_alloc(cpu)")
+    a = be.allocate_tensor(1 << 16, dtype=torch.float32, device=torch.device("cpu"))
+    b = be.allocate_tensor(world << 16, dtype=torch.float32, device=torch.device("cpu"))
+    check(a.shape == (1 << 16,) and a.dtype == torch.float32, f"allocate_tensor: {a.shape} {a.dtype}")
+    a.fill_(rank + 1)
+    dist.all_gather_into_tensor(b, a)
+    check(torch.equal(b, torch.arange(1, world + 1, dtype=torch.float32).repeat_interleave(1 << 16)),
+          "all_gather_into_tensor on allocate_tensor memory")
+    dist.all_reduce(a)
+    check(torch.equal(a, torch.full((1 << 16,), float(world * (world + 1) // 2))), "all_reduce on allocate_tensor memory")
+    del a, b
+    # Sparse all_reduce (DDP's sparse gradients): the sum, coalesced, as Gloo's.
+    gloo = dist.new_group(backend="gloo")
+    idx = torch.tensor([[rank, (rank + 1) % 5, 4]])
+    vals = torch.tensor([[1.0, 2.0], [3.0, 4.0], [float(rank), 1.0]])
+    mine = torch.sparse_coo_tensor(idx, vals, (6, 2))
+    theirs = torch.sparse_coo_tensor(idx, vals, (6, 2))
+    dist.all_reduce(mine)
+    dist.all_reduce(theirs, group=gloo)
+    check(torch.equal(mine.to_dense(), theirs.to_dense()), f"sparse all_reduce: {mine.to_dense()} != Gloo's")
+    raises(lambda: dist.all_reduce(torch.sparse_coo_tensor(idx, vals, (6, 2)), op=dist.ReduceOp.MAX),
+           ["sparse", "SUM"], "sparse MAX")
+    # Receive from any source: refused, naming what to do.
+    if world > 1:
+        raises(lambda: dist.recv(torch.zeros(2)), ["any source", "src="], "recv without src")
+    dist.barrier()
+
+
+# ---- groups -----------------------------------------------------------------------------------
+
+
+def resources():
+    """This process's open fds, threads, and dcomm shared-memory files on the host."""
+    return (len(os.listdir("/proc/self/fd")), threading.active_count(), len(os.listdir("/proc/self/task")),
+            len(glob.glob("/dev/shm/dcomm*")))
+
+
+def check_groups():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    check(dist.distributed_c10d._get_default_group().bound_device_id == torch.device("cpu", 0), "eager init: no device bound")
+    before = resources()
+    # split_group: the parent's communicator split; every rank calls it.
+    halves = [list(range(0, world // 2)), list(range(world // 2, world))]
+    g = dist.split_group(split_ranks=halves)
+    mine = halves[0] if rank in halves[0] else halves[1]
+    t = torch.full((5,), float(rank))
+    dist.all_reduce(t, group=g)
+    check(torch.equal(t, torch.full((5,), float(sum(mine)))), f"split_group all_reduce {mine}: {t}")
+    # new_group with the parent bound to a device: made by split (non-members split with no color).
+    odd = dist.new_group([r for r in range(world) if r % 2])
+    if rank % 2:
+        t = torch.full((3,), 1.0)
+        dist.all_reduce(t, group=odd)
+        check(torch.equal(t, torch.full((3,), float(world // 2))), f"new_group (split) all_reduce: {t}")
+        check(isinstance(backend_of(odd), dcomm_torch._C.ProcessGroupDcomm), "new_group's backend")
+    sub, _ = dist.new_subgroups(group_size=2)
+    t = torch.full((2,), float(rank))
+    dist.all_reduce(t, group=sub)
+    base = rank - rank % 2
+    check(torch.equal(t, torch.full((2,), float(2 * base + 1))), f"new_subgroups all_reduce: {t}")
+    # A 2-D DeviceMesh: its row and column groups.
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+    for dim in ("dp", "tp"):
+        grp = mesh.get_group(dim)
+        t = torch.full((4,), float(rank))
+        dist.all_reduce(t, group=grp)
+        members = dist.get_process_group_ranks(grp)
+        check(torch.equal(t, torch.full((4,), float(sum(members)))), f"DeviceMesh {dim} group {members}: {t}")
+    after = resources()
+    if rank == 0:
+        print(f"groups: before fds={before[0]} threads={before[2]} shm={before[3]}; after 2-D mesh, split_group, "
+              f"new_group, new_subgroups: fds={after[0]} threads={after[2]} shm={after[3]}", flush=True)
+    store = dist.distributed_c10d._get_default_store()
+    check(store is not None, "default store")
+    dist.barrier()
+
+
+def check_abort():
+    """Rank 1 aborts while the others are in an all_reduce: every rank's call ends, naming it."""
+    rank = dist.get_rank()
+    be = backend_of()
+    ran = []
+    pg = dist.distributed_c10d._get_default_group()
+    pg.register_abort_hook(7, lambda: ran.append(1)) if hasattr(pg, "register_abort_hook") else \
+        be.register_abort_hook(7, lambda: ran.append(1))
+    dist.all_reduce(torch.ones(4))
+    t0 = time.time()
+    if rank == 1:
+        time.sleep(0.5)
+        be.abort()
+        check(ran == [1], f"abort hooks ran {len(ran)} times on the aborting rank")
+    else:
+        try:
+            dist.all_reduce(torch.ones(4))
+            fail("all_reduce went on after rank 1 aborted")
+        except RuntimeError as e:
+            took = time.time() - t0
+            check("abort" in str(e) and "rank 1" in str(e), f"the error does not name the abort: {e}")
+            check(took < 20, f"the abort took {took:.1f} s to arrive")
+        check(ran == [1], f"abort hooks ran {len(ran)} times on a survivor")
+    check(str(be.get_error()).split(".")[-1] in ("REMOTE_ERROR", "COMM_ERROR"), f"get_error after abort: {be.get_error()}")
+    raises(lambda: dist.all_reduce(torch.ones(4)), ["abort"], "a call after abort")
+    print(f"rank {rank}: abort: {len(failures)} failures", flush=True)
+    os._exit(1 if failures else 0)
+
+
+def main():
+    what = sys.argv[1]
+    timeout = datetime.timedelta(seconds=int(os.environ.get("DCOMM_TORCH_TEST_TIMEOUT_S", "120")))
+    if what == "parallel":
+        import parallel_checks
+        sys.exit(parallel_checks.main(sys.argv[2], sys.argv[3], timeout))
+    eager = {"device_id": torch.device("cpu", 0)} if what == "groups" else {}
+    dist.init_process_group("dcomm", timeout=timeout, **eager)
+    if what == "hooks":
+        check_hooks()
+    elif what == "groups":
+        check_groups()
+    elif what == "abort":
+        check_abort()
+    print(f"rank {dist.get_rank()}: {what}: {len(failures)} failures", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
