@@ -4,6 +4,11 @@ backend (dcomm_torch) side by side with Gloo and with dcomm's native call (dcomm
 run; each median of alternating rounds. Prints the table and, with --png, plots busbw.
 
     /usr/bin/python3 bench/torch_bench.py [--bench build/bench/dcomm-bench] [-N 2] [-r 3] [--png out.png]
+                                          [--python PY]
+
+--python: the Python whose torch and dcomm_torch are measured (default Debian's, torch 1.13,
+with build/python's dcomm_torch); e.g. the newest torch's venv (scripts/lib/torch-venv.sh),
+whose dcomm_torch is the one pip installed there.
 
 Columns (microseconds per call, the slowest rank's): bench = dcomm-bench's in-place all_reduce
 (its own processes); native = the same group's dcomm communicator called directly inside the
@@ -33,11 +38,13 @@ PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executabl
 FACTOR = "2"
 
 
-def torch_run(backend, n, lo, hi):
+def torch_run(backend, n, lo, hi, py=PY):
     """{size: [dist us, pg us, c++ us, native us]} (dcomm) or {size: [dist us]} (gloo)."""
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "python") + os.pathsep + os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ)
+    if py == PY:  # Debian's torch: the package CMake built (a venv has its own, from pip)
+        env["PYTHONPATH"] = os.path.join(ROOT, "build", "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
     extra = ["--direct"] if backend == "dcomm" else []
-    out = subprocess.run([PY, os.path.join(HERE, "peers", "gloo_bench.py"), "all_reduce", "-N", str(n), "-b", lo, "-e", hi,
+    out = subprocess.run([py, os.path.join(HERE, "peers", "gloo_bench.py"), "all_reduce", "-N", str(n), "-b", lo, "-e", hi,
                           "-f", FACTOR, "-n", "0", "-w", "5", "--backend", backend] + extra, capture_output=True, text=True,
                          env=env, check=True).stdout
     rows = [l.split() for l in out.splitlines() if l and l[0].isdigit()]
@@ -65,6 +72,7 @@ def main():
     p.add_argument("-N", type=int, default=2)
     p.add_argument("-r", type=int, default=3, help="rounds (median)")
     p.add_argument("--png")
+    p.add_argument("--python", default=PY, help="the Python whose torch is measured")
     a = p.parse_args()
     runs = {"bench": [], "dcomm": [], "gloo": []}
     for _ in range(a.r):
@@ -72,14 +80,17 @@ def main():
         native.update(native_run(a.bench, a.N, "64K", "4M", 500))
         native.update(native_run(a.bench, a.N, "8M", "256M", 20))
         runs["bench"].append(native)
-        runs["dcomm"].append(torch_run("dcomm", a.N, "8", "256M"))
-        runs["gloo"].append(torch_run("gloo", a.N, "8", "256M"))
+        runs["dcomm"].append(torch_run("dcomm", a.N, "8", "256M", a.python))
+        runs["gloo"].append(torch_run("gloo", a.N, "8", "256M", a.python))
     sizes = sorted(runs["dcomm"][0])
     med = {k: {z: [statistics.median(r[z][i] for r in v if z in r) for i in range(len(v[0][z]))] for z in sizes}
            for k, v in runs.items()}
     nn = a.N
     busbw = lambda z, us: z / us / 1e3 * 2 * (nn - 1) / nn
-    print(f"# all_reduce, float32 CPU tensors, {a.N} processes, median of {a.r} rounds: us per call, the slowest rank's")
+    version = subprocess.run([a.python, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                             text=True).stdout.strip()
+    print(f"# all_reduce, float32 CPU tensors, {a.N} processes, torch {version}, median of {a.r} rounds: us per call, "
+          "the slowest rank's")
     print(f"{'size':>9} {'bench':>9} {'native':>9} {'c++':>9} {'pg':>9} {'dist':>9} {'gloo':>10} {'backend+':>9} "
           f"{'budget':>8} {'torch+':>7} {'gloo/dist':>10} {'busbw':>7}")
     bad = []

@@ -21,8 +21,9 @@ torch_venv() {
   rm -rf "$venv"
   echo "torch $DCOMM_TORCH_NEWEST: installing into $venv (once per machine)" >&2
   /usr/bin/python3 -m venv "$venv" >&2 || return 1
-  # setuptools, wheel and pybind11 build dcomm_torch with --no-build-isolation; numpy torch wants.
-  if ! "$venv/bin/pip" install -q --retries 2 --timeout 30 "torch==$DCOMM_TORCH_NEWEST" numpy setuptools wheel pybind11 \
+  # setuptools, wheel and pybind11 build dcomm_torch with --no-build-isolation; numpy torch wants;
+  # expecttest its test suite needs (tests/torch/dist_suite.py).
+  if ! "$venv/bin/pip" install -q --retries 2 --timeout 30 "torch==$DCOMM_TORCH_NEWEST" numpy setuptools wheel pybind11 expecttest \
       >"$root/pip-$DCOMM_TORCH_NEWEST.log" 2>&1; then
     echo "torch $DCOMM_TORCH_NEWEST: cannot install from PyPI (no registry?): skipped ($(tail -1 "$root/pip-$DCOMM_TORCH_NEWEST.log"))" >&2
     rm -rf "$venv"

@@ -6,7 +6,11 @@ Prints one line per run and exits 1 if any failed.
     python tests/torch/run_checks.py [--quick]     the backend matrix (the Python whose torch is tested)
     python tests/torch/run_checks.py --parallel    torch 2.x: FSDP2, DTensor, TP, functional collectives
                                                    and DDP's hooks on dcomm and on gloo, compared
+    python tests/torch/run_checks.py --suite       PyTorch's own distributed tests (dist_suite.py) on gloo
+                                                   and on dcomm: every test gloo passes must pass on
+                                                   dcomm or be gated by torch's name checks
 """
+import json
 import os
 import socket
 import subprocess
@@ -82,7 +86,56 @@ def spawn(n, *args, timeout=600):
     return subprocess.CompletedProcess([], rc, out, "")
 
 
+# Refused by design (docs/pytorch.md): dcomm matches every receive to a named peer.
+REFUSED = {"test_send_recv_any_source", "test_send_recv_any_source_torch_profiler",
+           "test_send_recv_any_source_autograd_profiler"}
+
+
+def suite_env():
+    """The suite imports expecttest, which Debian's Python lacks: installed once beside the venvs."""
+    env = dict(os.environ)
+    try:
+        import expecttest  # noqa: F401
+    except ImportError:
+        extra = os.path.join(os.environ.get("DCOMM_VENV_ROOT", "/var/cache/dcomm-venvs"), "py-extras")
+        if not os.path.isdir(os.path.join(extra, "expecttest")):
+            subprocess.run([PY, "-m", "pip", "install", "-q", "--target", extra, "expecttest"], check=True,
+                           capture_output=True)
+        env["PYTHONPATH"] = extra + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def suite_runs():
+    t0 = time.time()
+    results, env = {}, suite_env()
+    for backend in ("gloo", "dcomm"):
+        out = tempfile.mktemp(prefix=f"dcomm-suite-{backend}-", suffix=".json")
+        p = subprocess.run([PY, os.path.join(HERE, "dist_suite.py"), backend, out], capture_output=True, text=True,
+                           timeout=1500, cwd=tempfile.gettempdir(), env=env)
+        if not os.path.exists(out):
+            print(f"FAIL PyTorch's distributed tests did not run on {backend}:\n{(p.stdout + p.stderr)[-3000:]}")
+            return True
+        results[backend] = json.load(open(out))
+    gloo, mine = results["gloo"], results["dcomm"]
+    passes = sorted(k for k, v in gloo.items() if v == "ok")
+    ok = [k for k in passes if mine.get(k) == "ok"]
+    gated = [k for k in passes if mine.get(k, "").startswith("skip")]
+    refused = [k for k in passes if k in REFUSED and k not in ok]
+    failed = [k for k in passes if k not in ok and k not in gated and k not in refused]
+    import torch
+    print(f"{'FAIL' if failed else 'ok  '} PyTorch's distributed tests, torch {torch.__version__}, 2 processes: of "
+          f"{len(gloo)} run, gloo passes {len(passes)}; dcomm passes {len(ok)}, {len(gated)} are gated by name, "
+          f"{len(refused)} refused (any source), {len(failed)} fail ({time.time() - t0:.0f} s)", flush=True)
+    for k in gated:
+        print(f"  gated: {k}: {mine[k][6:120]}")
+    for k in refused + failed:
+        print(f"  {'refused' if k in refused else 'FAIL'}: {k}: {mine.get(k, 'not run')[:300]}")
+    return bool(failed)
+
+
 def main():
+    if "--suite" in sys.argv:
+        sys.exit(1 if suite_runs() else 0)
     if "--parallel" in sys.argv:
         sys.exit(1 if parallel_runs() else 0)
     quick = "--quick" in sys.argv

@@ -34,9 +34,8 @@ constexpr int kNoError = 0, kTimeoutError = 1, kCommError = 2, kRemoteError = 3;
 
 void Completions::failed(const dcomm::Status& s) {
   const int type = s.code() == dcomm::ErrorCode::kTimeout ? kTimeoutError
-                   : s.code() == dcomm::ErrorCode::kPeerFailure || s.code() == dcomm::ErrorCode::kAborted
-                       ? kRemoteError
-                       : kCommError;
+                   : s.code() == dcomm::ErrorCode::kPeerFailure || s.code() == dcomm::ErrorCode::kAborted ? kRemoteError
+                                                                                                          : kCommError;
   int none = kNoError;
   error.compare_exchange_strong(none, type);
   run_abort_hooks();
@@ -109,8 +108,8 @@ c10::intrusive_ptr<BackendBase> ProcessGroupDcomm::split(const c10::intrusive_pt
     return Status{};
   })->wait();
   if (!child) return {};
-  TORCH_CHECK(child->size() == static_cast<int>(ranks.size()), "dcomm: split: ranks disagree on the group of rank ",
-              me, ": ", child->size(), " ranks joined, this rank named ", ranks.size());
+  TORCH_CHECK(child->size() == static_cast<int>(ranks.size()), "dcomm: split: ranks disagree on the group of rank ", me,
+              ": ", child->size(), " ranks joined, this rank named ", ranks.size());
   const auto timeout = opts ? opts->timeout : std::chrono::milliseconds(0);
   return c10::make_intrusive<ProcessGroupDcomm>(std::move(child), timeout);
 }
@@ -120,17 +119,14 @@ c10::intrusive_ptr<BackendBase::Options> ProcessGroupDcomm::getBackendOptions() 
   return c10::make_intrusive<Options>("dcomm", hub_->timeout);
 }
 
-void ProcessGroupDcomm::perform_nocolor_split() {
-  split({}, {}, {});
-}
+void ProcessGroupDcomm::perform_nocolor_split() { split({}, {}, {}); }
 
 // merge_remote_group: the store names a new group of `size` ranks (possibly from other jobs);
 // it is a new rendezvous by nature.
 c10::intrusive_ptr<BackendBase> ProcessGroupDcomm::merge(const c10::intrusive_ptr<c10d::Store>& store,
                                                          const c10::intrusive_ptr<Options>& opts, const int& rank,
                                                          const int& size) {
-  return c10::make_intrusive<ProcessGroupDcomm>(store, rank, size,
-                                                opts ? opts->timeout : comm_->config().timeout);
+  return c10::make_intrusive<ProcessGroupDcomm>(store, rank, size, opts ? opts->timeout : comm_->config().timeout);
 }
 
 // ---- timeouts, errors, abort, shutdown ---------------------------------------------------------
@@ -187,8 +183,7 @@ void ProcessGroupDcomm::eagerConnectSingleDevice(at::Device device) {
 #ifdef DCOMM_TORCH_CUDA
   if (device.is_cuda() && !cuda_) cuda_ = std::make_unique<CudaPath>(*this, device.index());
 #else
-  TORCH_CHECK(device.is_cpu(), "dcomm: eager init on ", device.str(),
-              ": this dcomm_torch was built without CUDA");
+  TORCH_CHECK(device.is_cpu(), "dcomm: eager init on ", device.str(), ": this dcomm_torch was built without CUDA");
 #endif
 }
 
@@ -204,9 +199,7 @@ class MemAllocator final : public c10::Allocator {
     return {*p, *p, &release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 
  private:
   static void release(void* p) {
@@ -224,8 +217,8 @@ std::shared_ptr<c10::Allocator> ProcessGroupDcomm::getMemAllocator() {
 // on it (in place or not) take the single-copy paths (docs/pytorch.md measures them).
 at::Tensor ProcessGroupDcomm::allocateTensor(long size, at::TensorOptions options) {
   TORCH_CHECK(size >= 0, "dcomm: allocateTensor of ", size, " elements");
-  TORCH_CHECK(!options.has_device() || options.device().is_cpu(), "dcomm: allocateTensor on ",
-              options.device().str(), ": dcomm's shareable memory is host memory");
+  TORCH_CHECK(!options.has_device() || options.device().is_cpu(), "dcomm: allocateTensor on ", options.device().str(),
+              ": dcomm's shareable memory is host memory");
   const auto dtype = options.dtype();
   c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(size) * dtype.itemsize(),
                        getMemAllocator().get(), /*resizable=*/false);
