@@ -133,6 +133,19 @@ def suite_runs():
     return bool(failed)
 
 
+def docs_example():
+    """docs/pytorch.md's first Python block, as written, under torchrun with 4 processes."""
+    import re
+    text = open(os.path.join(HERE, "..", "..", "docs", "pytorch.md")).read()
+    path = os.path.join(tempfile.mkdtemp(prefix="dcomm-docs-"), "fsdp2_mesh.py")
+    with open(path, "w") as f:
+        f.write(re.search(r"```python\n(.*?)```", text, re.S).group(1))
+    p = torchrun(4, script=path)
+    if "step 4: loss" not in p.stdout:
+        p.stdout += "\nFAIL: the example printed no 'step 4: loss' line"
+    return p
+
+
 def main():
     if "--suite" in sys.argv:
         sys.exit(1 if suite_runs() else 0)
@@ -156,6 +169,7 @@ def main():
             ("abort() on one rank, 3 processes", lambda: torchrun(3, "abort", script=TORCH2)),
             ("collectives under TORCH_DISTRIBUTED_DEBUG=DETAIL, 2 processes",
              lambda: torchrun(2, "collectives", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})),
+            ("docs/pytorch.md's FSDP2 + DeviceMesh example, 4 processes", docs_example),
         ]
     if quick:
         runs = runs[:1]

@@ -14,7 +14,6 @@ build on it, one rank of a check (tests/torch/run_checks.py starts the ranks und
 Each rank prints "FAIL ..." lines for what went wrong and exits 1 if anything did.
 """
 import datetime
-import glob
 import os
 import sys
 import threading
@@ -138,9 +137,15 @@ def check_hooks():
 
 
 def resources():
-    """This process's open fds, threads, and dcomm shared-memory files on the host."""
+    """This process's open fds, threads, and shared-memory files it maps (and their MiB)."""
+    shm = {}
+    for line in open("/proc/self/maps"):
+        parts = line.split()
+        if len(parts) >= 6 and parts[5].startswith("/dev/shm/"):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            shm[parts[5]] = shm.get(parts[5], 0) + hi - lo
     return (len(os.listdir("/proc/self/fd")), threading.active_count(), len(os.listdir("/proc/self/task")),
-            len(glob.glob("/dev/shm/dcomm*")))
+            len(shm), sum(shm.values()) >> 20)
 
 
 def check_groups():
@@ -177,8 +182,9 @@ def check_groups():
         check(torch.equal(t, torch.full((4,), float(sum(members)))), f"DeviceMesh {dim} group {members}: {t}")
     after = resources()
     if rank == 0:
-        print(f"groups: before fds={before[0]} threads={before[2]} shm={before[3]}; after 2-D mesh, split_group, "
-              f"new_group, new_subgroups: fds={after[0]} threads={after[2]} shm={after[3]}", flush=True)
+        print(f"groups: before fds={before[0]} threads={before[2]} shm files={before[3]} ({before[4]} MiB); after "
+              f"split_group, new_subgroups and a 2-D mesh (4 groups with rank 0): fds={after[0]} threads={after[2]} "
+              f"shm files={after[3]} ({after[4]} MiB)", flush=True)
     store = dist.distributed_c10d._get_default_store()
     check(store is not None, "default store")
     dist.barrier()
