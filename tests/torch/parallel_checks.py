@@ -6,7 +6,8 @@ run_checks.py compares dcomm's files with gloo's (data movement exactly, trainin
     DTensor on a 2x2 DeviceMesh: shard, replicate, redistribute
     tensor parallelism: parallelize_module with ColwiseParallel / RowwiseParallel, forward and backward
     functional collectives eager, and inside torch.compile (aot_eager, inductor)
-    DDP with static_graph, the fp16 and bf16 compression hooks, and join() with uneven inputs
+    DDP with static_graph, the fp16 and bf16 compression hooks, sparse gradients, and join() with
+    uneven inputs
 """
 import os
 
@@ -116,6 +117,16 @@ def ddp(out):
         train(model, rank, 3)
         for name, p in model.module.named_parameters():
             out[f"ddp/{tag}/{name}"] = p.detach().clone()
+    # Sparse gradients (an embedding with sparse=True): DDP all-reduces them as sparse tensors.
+    torch.manual_seed(23)
+    emb = nn.parallel.DistributedDataParallel(nn.Embedding(50, 8, sparse=True))
+    opt = torch.optim.SGD(emb.parameters(), lr=0.5)
+    for step in range(3):
+        ids = torch.randint(0, 50, (6,), generator=torch.Generator().manual_seed(rank * 10 + step))
+        emb(ids).square().sum().backward()
+        opt.step()
+        opt.zero_grad()
+    out["ddp/sparse/weight"] = emb.module.weight.detach().clone()
     # Uneven inputs: rank r has 2 + r batches; join() shadows the missing all-reduces.
     torch.manual_seed(19)
     model = nn.parallel.DistributedDataParallel(MLP())

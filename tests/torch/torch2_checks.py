@@ -127,6 +127,16 @@ def check_hooks():
     check(torch.equal(mine.to_dense(), theirs.to_dense()), f"sparse all_reduce: {mine.to_dense()} != Gloo's")
     raises(lambda: dist.all_reduce(torch.sparse_coo_tensor(idx, vals, (6, 2)), op=dist.ReduceOp.MAX),
            ["sparse", "SUM"], "sparse MAX")
+    # gather into one tensor, and the `_single` names torch 2.15 gives the tensor forms.
+    for root in range(world):
+        flat = torch.full((world * 3,), -1.0)
+        dist.gather_into_tensor(torch.full((3,), float(rank)), flat if rank == root else None, dst=root)
+        if rank == root:
+            check(torch.equal(flat, torch.arange(world, dtype=torch.float32).repeat_interleave(3)),
+                  f"gather_into_tensor root {root}: {flat}")
+    ag = torch.empty(world * 2)
+    dist.all_gather_single(ag, torch.full((2,), float(rank)))
+    check(torch.equal(ag, torch.arange(world, dtype=torch.float32).repeat_interleave(2)), f"all_gather_single: {ag}")
     # Receive from any source: refused, naming what to do.
     if world > 1:
         raises(lambda: dist.recv(torch.zeros(2)), ["any source", "src="], "recv without src")

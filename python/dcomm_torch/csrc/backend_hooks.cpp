@@ -281,6 +281,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::recvAnysource(std::vector<at::
 // ---- torch 2.15: time estimation, ephemeral timeouts, abort and completion hooks --------------
 
 #if DCOMM_TORCH_2_15
+// gather into one flat tensor at the root: gather's list form over views of it (contiguous, so
+// every rank's block lands in place).
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                                     const c10d::GatherOptions& opts) {
+  std::vector<at::Tensor> inputs{input};
+  std::vector<std::vector<at::Tensor>> outputs;
+  if (group_rank() == opts.rootRank) {
+    TORCH_CHECK(output.is_contiguous() && output.numel() == input.numel() * group_size(),
+                "dcomm: gather_into_tensor: the root's output needs ", group_size(), " x ", input.numel(),
+                " contiguous elements, not ", output.numel());
+    std::vector<at::Tensor> blocks;
+    for (const auto& b : output.view({-1}).chunk(group_size())) blocks.push_back(b.view(input.sizes()));
+    outputs.push_back(std::move(blocks));
+  }
+  return gather(outputs, inputs, opts);
+}
+
 void ProcessGroupDcomm::startTimeEstimate() {
   TORCH_CHECK(!estimating_, "dcomm: startTimeEstimate twice without endTimeEstimate");
   estimate_us_ = 0;

@@ -208,6 +208,8 @@ class ProcessGroupDcomm : public BackendBase {
                                                   const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 #if DCOMM_TORCH_2_15
+  c10::intrusive_ptr<c10d::Work> gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                    const c10d::GatherOptions& opts) override;
   bool supportsTimeEstimation() const override { return true; }
   void startTimeEstimate() override;
   float endTimeEstimate() override;
