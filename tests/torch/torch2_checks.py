@@ -137,6 +137,10 @@ def check_hooks():
     ag = torch.empty(world * 2)
     dist.all_gather_single(ag, torch.full((2,), float(rank)))
     check(torch.equal(ag, torch.arange(world, dtype=torch.float32).repeat_interleave(2)), f"all_gather_single: {ag}")
+    rs = torch.empty(2)
+    dist.reduce_scatter_single(rs, torch.arange(world * 2, dtype=torch.float32) + rank)
+    want = (torch.arange(world * 2, dtype=torch.float32) * world + sum(range(world)))[rank * 2:rank * 2 + 2]
+    check(torch.equal(rs, want), f"reduce_scatter_single: {rs} != {want}")
     # Receive from any source: refused, naming what to do.
     if world > 1:
         raises(lambda: dist.recv(torch.zeros(2)), ["any source", "src="], "recv without src")

@@ -197,6 +197,7 @@ class Communicator {
   // Aborts this communicator on every rank: pending and later calls fail with `why`.
   void abort(const std::string& why) {
     abort_->abort(make_error(ErrorCode::kAborted, "rank ", rank_, " called abort(): ", why));
+    if (t_.proxy) t_.proxy->wait_abort_sent(std::chrono::seconds(1));  // the reason is out before we return
   }
 
   // ---- collectives, raw form (counts in elements) -----------------------------------------

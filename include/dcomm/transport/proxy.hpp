@@ -128,6 +128,12 @@ class Proxy {
     sleeping_.store(true);  // force the eventfd write
     notify();
   }
+  // Until the abort broadcast is written to every peer's control socket (at most `within`): a
+  // process that exits right after aborting must not leave its peers only a closed socket.
+  void wait_abort_sent(std::chrono::milliseconds within) const {
+    for (Deadline d(within); !abort_flushed_.load() && !d.expired();)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
   // Sends what is still queued for TCP peers (bounded by `flush`), says goodbye to every peer
   // and joins the thread.
   void stop(std::chrono::milliseconds flush) {
@@ -388,6 +394,7 @@ class Proxy {
     for (auto& c : controls_)
       if (c.sock.valid())
         send_all(c.sock.fd(), msg.data(), msg.size(), Deadline(std::chrono::milliseconds(100))).ignore();
+    if (type == ControlType::kAbort) abort_flushed_.store(true);
   }
 
   int rank_;
@@ -413,6 +420,7 @@ class Proxy {
   std::atomic<bool> poked_{false};  // a call began (call_began)
   std::atomic<bool> stopping_{false};
   std::atomic<bool> send_abort_{false};
+  std::atomic<bool> abort_flushed_{false};  // the abort broadcast has been written
   long long flush_ms_ = 0;
   std::mutex mu_;
   std::string abort_message_;
