@@ -67,7 +67,7 @@ void Completions::finished(const WorkState& w) {
     for (auto& [id, h] : completion_hooks) hooks.push_back(h);
     legacy = on_completion;
   }
-  const float ms = std::chrono::duration<float, std::milli>(w.finished - w.started).count();
+  const float ms = w.ran_for().count();
   try {
     for (auto& h : hooks) h(w.seq, ms);
     if (legacy) legacy(w);
@@ -82,7 +82,7 @@ bool ProcessGroupDcomm::estimated(c10d::OpType, size_t) { return false; }
 float DcommWork::getDuration() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   TORCH_CHECK(state_->done, "dcomm: getDuration of a call that has not ended");
-  return std::chrono::duration<float, std::milli>(state_->finished - state_->started).count();
+  return state_->ran_for().count();
 }
 
 // ---- split and merge -------------------------------------------------------------------------
@@ -116,6 +116,7 @@ c10::intrusive_ptr<BackendBase> ProcessGroupDcomm::split(const c10::intrusive_pt
 
 // What split_group hands each child (torch clones it and sets the group's name and ranks).
 c10::intrusive_ptr<BackendBase::Options> ProcessGroupDcomm::getBackendOptions() {
+  std::lock_guard<std::mutex> lock(hub_->mu);  // setTimeout writes it under the lock
   return c10::make_intrusive<Options>("dcomm", hub_->timeout);
 }
 
@@ -171,7 +172,7 @@ void ProcessGroupDcomm::registerOnCompletionHook(std::function<void(std::shared_
   std::lock_guard<std::mutex> lock(hub_->mu);
   hub_->on_completion = [hook](const WorkState& w) {
     hook(std::make_shared<c10d::WorkInfo>(w.type, w.seq, w.started, w.finished,
-                                          std::chrono::duration<float>(w.finished - w.started)));
+                                          std::chrono::duration<float>(w.ran_for())));
   };
 }
 
@@ -255,7 +256,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::allreduce_sparse(std::vector<a
     at::Tensor idx_all = at::empty({n, sparse_dims, most}, idx.options());
     val_shape.insert(val_shape.begin(), n);
     at::Tensor val_all = at::empty(val_shape, val.options());
-    s = comm_->all_gather(idx_pad.data_ptr(), idx_all.data_ptr(), idx_pad.numel() * 8, dcomm::DataType::kUint8);
+    s = comm_->all_gather(idx_pad.data_ptr(), idx_all.data_ptr(), static_cast<size_t>(idx_pad.nbytes()),
+                          dcomm::DataType::kUint8);
     if (s.ok())
       s = comm_->all_gather(val_pad.data_ptr(), val_all.data_ptr(), static_cast<size_t>(val_pad.nbytes()),
                             dcomm::DataType::kUint8);

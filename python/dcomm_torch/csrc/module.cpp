@@ -71,8 +71,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             return pg.split(store, ranks, opts);
           },
           pybind11::arg("store"), pybind11::arg("ranks"), pybind11::arg("timeout"),
-          pybind11::call_guard<pybind11::gil_scoped_release>())
-      .def("sequence_number", &dcomm_torch::ProcessGroupDcomm::getSequenceNumberForGroup);
+          pybind11::call_guard<pybind11::gil_scoped_release>());
 #endif
 #if DCOMM_TORCH_2_15
   // For the hook test: `iters` all_reduces of `tensor` with a completion hook registered;

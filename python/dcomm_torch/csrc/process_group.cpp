@@ -208,11 +208,8 @@ ProcessGroupDcomm::ProcessGroupDcomm(const c10::intrusive_ptr<c10d::Store>& stor
     : BackendBase(rank, size) {
   auto config = dcomm::Config::from_env();
   if (!config.ok()) raise(config.status());
-  // torch's timeout, unless DCOMM_TIMEOUT_MS says otherwise.
-  if (dcomm::env_or("DCOMM_TIMEOUT_MS").empty() && timeout.count() > 0) config->timeout = timeout;
-  auto inline_bytes = dcomm::env_size("DCOMM_TORCH_INLINE_BYTES", static_cast<long long>(inline_bytes_), 0, 1LL << 40);
-  if (!inline_bytes.ok()) raise(inline_bytes.status());
-  inline_bytes_ = static_cast<size_t>(*inline_bytes);
+  config->timeout = group_timeout(timeout, config->timeout);
+  read_inline_bytes();
 
   // Rendezvous through torch's store: rank 0's unique id (its rendezvous store and job secret)
   // under a key of this backend's own.
@@ -241,10 +238,21 @@ ProcessGroupDcomm::ProcessGroupDcomm(const c10::intrusive_ptr<c10d::Store>& stor
 
 ProcessGroupDcomm::ProcessGroupDcomm(std::unique_ptr<dcomm::Communicator> comm, std::chrono::milliseconds timeout)
     : BackendBase(comm->rank(), comm->size()), comm_(std::move(comm)) {
-  auto inline_bytes = dcomm::env_size("DCOMM_TORCH_INLINE_BYTES", static_cast<long long>(inline_bytes_), 0, 1LL << 40);
-  if (inline_bytes.ok()) inline_bytes_ = static_cast<size_t>(*inline_bytes);
-  if (dcomm::env_or("DCOMM_TIMEOUT_MS").empty() && timeout.count() > 0) comm_->set_timeout(timeout);
+  read_inline_bytes();
+  comm_->set_timeout(group_timeout(timeout, comm_->config().timeout));
   hub_->timeout = comm_->config().timeout;
+}
+
+// torch's timeout, unless DCOMM_TIMEOUT_MS says otherwise (or torch gives none).
+std::chrono::milliseconds ProcessGroupDcomm::group_timeout(std::chrono::milliseconds torch_timeout,
+                                                           std::chrono::milliseconds configured) {
+  return dcomm::env_or("DCOMM_TIMEOUT_MS").empty() && torch_timeout.count() > 0 ? torch_timeout : configured;
+}
+
+void ProcessGroupDcomm::read_inline_bytes() {
+  auto inline_bytes = dcomm::env_size("DCOMM_TORCH_INLINE_BYTES", static_cast<long long>(inline_bytes_), 0, 1LL << 40);
+  if (!inline_bytes.ok()) raise(inline_bytes.status());
+  inline_bytes_ = static_cast<size_t>(*inline_bytes);
 }
 
 ProcessGroupDcomm::~ProcessGroupDcomm() {
@@ -273,8 +281,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::enqueue(c10d::OpType type, std
   queue_.submit(
       [this, state, job = std::move(job)] {
         std::exception_ptr error;
-        state->started = std::chrono::steady_clock::now();
-        if (comm_->config().timeout != state->timeout) comm_->set_timeout(state->timeout);
+        begin(*state);
         try {
           Status s = job();
           if (!s.ok()) {
@@ -298,6 +305,12 @@ std::shared_ptr<WorkState> ProcessGroupDcomm::new_state(c10d::OpType type, std::
   state->timeout = hub_->timeout_for(state->seq);
   state->hub = hub_;
   return state;
+}
+
+// On the queue, as a call starts: its start time, and its deadline on the communicator.
+void ProcessGroupDcomm::begin(WorkState& state) {
+  state.started = std::chrono::steady_clock::now();
+  if (comm_->config().timeout != state.timeout) comm_->set_timeout(state.timeout);
 }
 
 void ProcessGroupDcomm::check_open(const char* what) const {
@@ -714,7 +727,7 @@ void ProcessGroupDcomm::start_pending_p2p() {
               p.is_send ? dcomm::P2POp::send(p.tensor.data_ptr(), nbytes(p.tensor), DataType::kUint8, p.peer, p.tag)
                         : dcomm::P2POp::recv(p.tensor.data_ptr(), nbytes(p.tensor), DataType::kUint8, p.peer, p.tag));
         std::exception_ptr error;
-        for (const auto& p : batch) p.state->started = std::chrono::steady_clock::now();
+        for (const auto& p : batch) begin(*p.state);  // the batch runs under its last call's deadline
         try {
           Status s = comm_->p2p(ops);
           if (!s.ok()) {

@@ -93,6 +93,7 @@ struct WorkState {
   std::chrono::steady_clock::time_point started{}, finished{};
   std::shared_ptr<Completions> hub;
 
+  std::chrono::duration<float, std::milli> ran_for() const { return finished - started; }
   void complete(std::exception_ptr e);
   c10::intrusive_ptr<c10::ivalue::Future> get_future();
 };
@@ -238,6 +239,10 @@ class ProcessGroupDcomm : public BackendBase {
   void start_pending_p2p();  // runs the gathered sends and receives as one batch
   // A new call's state: its sequence number, type, deadline and the group's hub.
   std::shared_ptr<WorkState> new_state(c10d::OpType type, std::vector<at::Tensor> outputs);
+  void begin(WorkState& state);
+  static std::chrono::milliseconds group_timeout(std::chrono::milliseconds torch_timeout,
+                                                 std::chrono::milliseconds configured);
+  void read_inline_bytes();  // DCOMM_TORCH_INLINE_BYTES
   // Time estimation (torch 2.15's _time_estimator): while on, calls are predicted by dcomm's
   // cost model and not run; false when off.
   bool estimated(c10d::OpType type, size_t bytes);
