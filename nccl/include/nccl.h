@@ -1,6 +1,8 @@
-/* dcomm's NCCL API: the declarations of NCCL 2.28's host API, for programs built against
+/* dcomm's NCCL API: the declarations of NCCL 2.30's host API, for programs built against
  * dcomm's libnccl.so.2 (nccl/). The values, the layouts and the function signatures are NCCL's
- * (the ABI); tests/nccl/abi_test.cpp checks them against the CUDA toolkit's own nccl.h.
+ * (the ABI); tests/nccl/abi_test.cpp checks them against NCCL 2.30.7's nccl.h (the one torch
+ * 2.15 pins) and the CUDA toolkit's 2.28.9, whose programs keep working: a config or a
+ * properties struct is read only as far as its `size` says.
  * Every function also exists as pnccl<Name> (the profiling names); ncclAllToAll is the same
  * function as ncclAlltoAll. See docs/nccl.md. */
 #ifndef DCOMM_NCCL_H_
@@ -11,10 +13,11 @@
 #include <cuda_bf16.h>
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 28
-#define NCCL_PATCH 9
+#define NCCL_MINOR 30
+#define NCCL_PATCH 7
 #define NCCL_SUFFIX ""
 #define NCCL_VERSION(X, Y, Z) (((X) <= 2 && (Y) <= 8) ? (X)*1000 + (Y)*100 + (Z) : (X)*10000 + (Y)*100 + (Z))
 #define NCCL_VERSION_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
@@ -25,12 +28,15 @@
 #define NCCL_CONFIG_UNDEF_PTR NULL
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 #define NCCL_CTA_POLICY_DEFAULT 0x00
 #define NCCL_CTA_POLICY_EFFICIENCY 0x01
 #define NCCL_CTA_POLICY_ZERO 0x02
 #define NCCL_SHRINK_DEFAULT 0x00
 #define NCCL_SHRINK_ABORT 0x01
+#define NCCL_SUSPEND_MEM 0x01
+#define NCCL_API_MAGIC 0xcafebeef
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,12 +57,13 @@ typedef enum {
   ncclInvalidUsage = 5,
   ncclRemoteError = 6,
   ncclInProgress = 7,
-  ncclNumResults = 8
+  ncclTimeout = 8, /* 2.30; a 2.28 caller reads it as ncclNumResults, and dcomm never returns it to one */
+  ncclNumResults = 9
 } ncclResult_t;
 
 /* The communicator's options; callers built against older headers pass a smaller `size`, and
  * only that many bytes are read. */
-typedef struct ncclConfig_v22800 {
+typedef struct ncclConfig_v23000 {
   size_t size;
   unsigned int magic;
   unsigned int version;
@@ -74,15 +81,20 @@ typedef struct ncclConfig_v22800 {
   int nvlsCTAs;
   int nChannelsPerNetPeer;
   int nvlinkCentricSched;
+  /* 2.30: a 2.28 caller's struct ends above (80 bytes) */
+  int graphUsageMode;
+  int numRmaCtx;
+  int maxP2pPeers;
+  int graphStreamOrdering;
 } ncclConfig_t;
 
-#define NCCL_CONFIG_INITIALIZER                                                                                \
-  {                                                                                                            \
-    sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_CONFIG_UNDEF_INT, \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR,            \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,            \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,            \
-        NCCL_CONFIG_UNDEF_INT                                                                                  \
+#define NCCL_CONFIG_INITIALIZER                                                                            \
+  {                                                                                                        \
+    sizeof(ncclConfig_t), NCCL_API_MAGIC, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,        \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,        \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,        \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT         \
   }
 
 typedef struct {
@@ -92,7 +104,7 @@ typedef struct {
   float estimatedTime;
 } ncclSimInfo_t;
 #define NCCL_SIM_INFO_INITIALIZER \
-  { sizeof(ncclSimInfo_t), 0x74685283u, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), 0.0f }
+  { sizeof(ncclSimInfo_t), 0x74685283u, NCCL_VERSION_CODE, 0.0f }
 
 typedef enum { ncclNumOps_dummy = 5 } ncclRedOp_dummy_t;
 typedef enum {
@@ -128,6 +140,25 @@ typedef enum {
 
 typedef enum { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 } ncclScalarResidence_t;
 
+/* ncclCommMemStats: on a communicator of host memory, "Gpu" reads as "the communicator's own"
+ * (FIFOs, scratch, shared-memory files: docs/nccl.md). */
+typedef enum {
+  ncclStatGpuMemSuspend = 0,   /* bytes ncclCommSuspend releases */
+  ncclStatGpuMemSuspended = 1, /* 1 while suspended, else 0 */
+  ncclStatGpuMemPersist = 2,   /* bytes held whether suspended or not */
+  ncclStatGpuMemTotal = 3      /* bytes held now */
+} ncclCommMemStat_t;
+
+/* ncclWaitSignal: wait for opCnt signals from peer on (sigIdx, ctx). */
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} ncclWaitSignalDesc_t;
+
+typedef struct ncclParamHandle* ncclParamHandle_t;
+
 /* Memory, version, ids. */
 ncclResult_t ncclMemAlloc(void** ptr, size_t size);
 ncclResult_t ncclMemFree(void* ptr);
@@ -147,6 +178,12 @@ ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config);
 ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
                             ncclConfig_t* config, int shrinkFlags);
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
+                          ncclConfig_t* config);
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
 
 /* Errors and queries. */
 const char* ncclGetErrorString(ncclResult_t result);
@@ -162,6 +199,7 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, vo
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle);
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags);
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
 
 /* Reduction ops made at run time. */
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
@@ -194,10 +232,33 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream);
 
+/* One-sided: put into a peer's window and signal it; wait for signals. */
+ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin,
+                           size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                           cudaStream_t stream);
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t stream);
+
 /* Groups. */
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo);
+
+/* Parameters: the NCCL_* and DCOMM_* variables dcomm honours (docs/environment.md). */
+ncclResult_t ncclParamBind(ncclParamHandle_t* out, const char* key);
+ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t* out);
+ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t* out);
+ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t* out);
+ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t* out);
+ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t* out);
+ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t* out);
+ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t* out);
+ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t* out);
+ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char** out);
+ncclResult_t ncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len);
+ncclResult_t ncclParamGetParameter(const char* key, const char** value, int* valueLen);
+ncclResult_t ncclParamGetAllParameterKeys(const char*** table, int* tableLen);
+void ncclParamDumpAll(void);
 
 #ifdef __cplusplus
 }

@@ -4,4 +4,4 @@
 #include "abi_facts.hpp"
 #include "abi_collect.inc"
 
-std::vector<AbiFact> dcomm_abi_facts() { DCOMM_NCCL_ABI_BODY }
+std::vector<AbiFact> dcomm_abi_facts() { DCOMM_NCCL_ABI_BODY_2_30 }

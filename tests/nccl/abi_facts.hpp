@@ -11,7 +11,8 @@ struct AbiFact {
   long long value;
 };
 
-// Every enum value, struct size and ncclConfig_t offset, in one order for both headers.
+// Every enum value, struct size and ncclConfig_t offset both NCCL 2.28 and 2.30 declare, in one
+// order for every header. Four of them change with the version (kVersioned below).
 // clang-format off
 #define DCOMM_NCCL_ABI_FACTS(F)                                                                          \
   F(ncclSuccess) F(ncclUnhandledCudaError) F(ncclSystemError) F(ncclInternalError) F(ncclInvalidArgument) \
@@ -36,11 +37,28 @@ struct AbiFact {
   F(offsetof(ncclConfig_t, nvlinkCentricSched)) F(offsetof(ncclSimInfo_t, estimatedTime))                 \
   F(config_initializer_magic) F(config_initializer_version) F(config_initializer_blocking)                \
   F(sim_initializer_magic)
+
+// What NCCL 2.30 adds: result, flags, the config's new fields, the memory statistics and the
+// wait descriptor.
+#define DCOMM_NCCL_ABI_FACTS_2_30(F)                                                                     \
+  F(ncclTimeout) F(NCCL_WIN_STRICT_ORDERING) F(NCCL_SUSPEND_MEM) F(NCCL_API_MAGIC)                        \
+  F(ncclStatGpuMemSuspend) F(ncclStatGpuMemSuspended) F(ncclStatGpuMemPersist) F(ncclStatGpuMemTotal)     \
+  F(sizeof(ncclCommMemStat_t)) F(sizeof(ncclWaitSignalDesc_t)) F(offsetof(ncclWaitSignalDesc_t, opCnt))  \
+  F(offsetof(ncclWaitSignalDesc_t, peer)) F(offsetof(ncclWaitSignalDesc_t, sigIdx))                      \
+  F(offsetof(ncclWaitSignalDesc_t, ctx)) F(offsetof(ncclConfig_t, graphUsageMode))                       \
+  F(offsetof(ncclConfig_t, numRmaCtx)) F(offsetof(ncclConfig_t, maxP2pPeers))                            \
+  F(offsetof(ncclConfig_t, graphStreamOrdering)) F(config_initializer_graphUsageMode)
 // clang-format on
+
+// The facts of DCOMM_NCCL_ABI_FACTS that differ between 2.28 and 2.30 by NCCL's own rules.
+inline const char* const kVersioned[] = {"NCCL_VERSION_CODE", "ncclNumResults", "sizeof(ncclConfig_t)",
+                                         "config_initializer_version"};
 
 #define DCOMM_NCCL_ABI_COLLECT(x) facts.push_back({#x, static_cast<long long>(x)});
 
-std::vector<AbiFact> toolkit_abi_facts();
-std::vector<AbiFact> dcomm_abi_facts();
-// The toolkit header's functions, each called through the program's link to libnccl.so.2.
+std::vector<AbiFact> toolkit_abi_facts();  // 2.28.9: DCOMM_NCCL_ABI_FACTS
+std::vector<AbiFact> dcomm_abi_facts();    // DCOMM_NCCL_ABI_FACTS, then DCOMM_NCCL_ABI_FACTS_2_30
+std::vector<AbiFact> newest_abi_facts();   // 2.30.7 alike; empty when its header was not found
+// A header's functions, each taken through the program's link to libnccl.so.2.
 std::vector<std::pair<const char*, void*>> toolkit_functions();
+std::vector<std::pair<const char*, void*>> newest_functions();

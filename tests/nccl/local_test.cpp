@@ -24,23 +24,9 @@
 #include <thread>
 #include <vector>
 
+#include "nccl_check.hpp"
+
 namespace {
-
-int failures = 0;
-#define CHECK(cond, ...)                         \
-  do {                                           \
-    if (!(cond)) {                               \
-      ++failures;                                \
-      std::printf("FAIL (line %d): ", __LINE__); \
-      std::printf(__VA_ARGS__);                  \
-      std::printf("\n");                         \
-      std::fflush(stdout);                       \
-    }                                            \
-  } while (0)
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 void initall() {
   const int n = 3;

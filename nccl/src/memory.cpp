@@ -1,0 +1,123 @@
+// dcomm's libnccl.so.2: memory, registration, windows, suspend/resume and memory statistics.
+#include "internal.hpp"
+
+using namespace dcomm_nccl;
+
+DCOMM_NCCL_API ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
+  if (!ptr) return fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+  *ptr = nullptr;
+  if (size == 0) return ncclSuccess;
+  if (have_gpu()) {
+    cudaError_t e = cudaMalloc(ptr, size);
+    if (e != cudaSuccess) return fail(ncclUnhandledCudaError, "ncclMemAlloc(", size, "): ", cudaGetErrorString(e));
+    return ncclSuccess;
+  }
+  auto p = dcomm::mem_alloc(size);
+  if (!p.ok()) return fail(p.status().with_context("ncclMemAlloc"));
+  *ptr = *p;
+  return ncclSuccess;
+}
+
+DCOMM_NCCL_API ncclResult_t pncclMemFree(void* ptr) {
+  if (!ptr) return ncclSuccess;
+  if (have_gpu()) {
+    cudaError_t e = cudaFree(ptr);
+    if (e != cudaSuccess) return fail(ncclUnhandledCudaError, "ncclMemFree: ", cudaGetErrorString(e));
+    return ncclSuccess;
+  }
+  dcomm::Status s = dcomm::mem_free(ptr);
+  return s.ok() ? ncclSuccess : fail(s.with_context("ncclMemFree"));
+}
+
+// Registration: dcomm registers what it sends on first use, so these hand out handles only.
+namespace {
+struct Registration {
+  void* buff;
+  size_t size;
+};
+}  // namespace
+
+DCOMM_NCCL_API ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  if (ncclResult_t r = usable(comm, "ncclCommRegister"); r != ncclSuccess) return r;
+  if (!handle) return fail(ncclInvalidArgument, "ncclCommRegister: handle is NULL");
+  *handle = new Registration{buff, size};
+  return ncclSuccess;
+}
+
+DCOMM_NCCL_API ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommDeregister"); r != ncclSuccess) return r;
+  delete static_cast<Registration*>(handle);
+  return ncclSuccess;
+}
+
+DCOMM_NCCL_API ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                                    int winFlags) {
+  if (ncclResult_t r = usable(comm, "ncclCommWindowRegister"); r != ncclSuccess) return r;
+  if (!win) return fail(ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
+  if (size > 0 && !buff) return fail(ncclInvalidArgument, "ncclCommWindowRegister: buff is NULL (size ", size, ")");
+  const int known = NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING;
+  if (winFlags & ~known)
+    return fail(ncclInvalidArgument, "ncclCommWindowRegister: flags ", winFlags, " hold bits that are not NCCL_WIN_* flags");
+  *win = reinterpret_cast<ncclWindow_t>(new Window{.comm = comm, .buff = buff, .size = size, .flags = winFlags});
+  return ncclSuccess;
+}
+
+DCOMM_NCCL_API ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommWindowDeregister"); r != ncclSuccess) return r;
+  Window* w = live_window(win, "ncclCommWindowDeregister");
+  if (!w) return ncclInvalidArgument;
+  if (w->comm != comm) return fail(ncclInvalidArgument, "ncclCommWindowDeregister: the window belongs to another comm");
+  w->magic = 0;
+  delete w;
+  return ncclSuccess;
+}
+
+DCOMM_NCCL_API ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  if (ncclResult_t r = check_comm(comm, "ncclWinGetUserPtr"); r != ncclSuccess) return r;
+  if (!outUserPtr) return fail(ncclInvalidArgument, "ncclWinGetUserPtr: outUserPtr is NULL");
+  Window* w = live_window(win, "ncclWinGetUserPtr");
+  if (!w) return ncclInvalidArgument;
+  if (w->comm != comm) return fail(ncclInvalidArgument, "ncclWinGetUserPtr: the window belongs to another comm");
+  *outUserPtr = w->buff;
+  return ncclSuccess;
+}
+
+// Suspend and resume: dcomm cannot release a communicator's memory and bring it back yet, so
+// both say so, and the statistics count everything as persistent (nothing is suspendable).
+// On host memory, NCCL's "GPU memory" reads as the communicator's own: its staging FIFOs.
+DCOMM_NCCL_API ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
+  if (ncclResult_t r = usable(comm, "ncclCommSuspend"); r != ncclSuccess) return r;
+  if (flags & ~NCCL_SUSPEND_MEM)
+    return fail(ncclInvalidArgument, "ncclCommSuspend: flags ", flags, " hold bits that are not NCCL_SUSPEND_*");
+  return fail(ncclInvalidUsage, "ncclCommSuspend is not supported by dcomm yet (the communicator keeps its memory)");
+}
+
+DCOMM_NCCL_API ncclResult_t pncclCommResume(ncclComm_t comm) {
+  if (ncclResult_t r = usable(comm, "ncclCommResume"); r != ncclSuccess) return r;
+  return fail(ncclInvalidUsage, "ncclCommResume: the communicator is not suspended (dcomm does not suspend yet)");
+}
+
+DCOMM_NCCL_API ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
+  if (ncclResult_t r = usable(comm, "ncclCommMemStats"); r != ncclSuccess) return r;
+  if (!value) return fail(ncclInvalidArgument, "ncclCommMemStats: value is NULL");
+  const uint64_t held = comm->host->staging_bytes();
+  switch (stat) {
+    case ncclStatGpuMemSuspend: *value = 0; break;
+    case ncclStatGpuMemSuspended: *value = 0; break;
+    case ncclStatGpuMemPersist: *value = held; break;
+    case ncclStatGpuMemTotal: *value = held; break;
+    default: return fail(ncclInvalidArgument, "ncclCommMemStats: stat ", static_cast<int>(stat), " is not an ncclCommMemStat_t");
+  }
+  return ncclSuccess;
+}
+
+DCOMM_NCCL_NAME(MemAlloc)
+DCOMM_NCCL_NAME(MemFree)
+DCOMM_NCCL_NAME(CommRegister)
+DCOMM_NCCL_NAME(CommDeregister)
+DCOMM_NCCL_NAME(CommWindowRegister)
+DCOMM_NCCL_NAME(CommWindowDeregister)
+DCOMM_NCCL_NAME(WinGetUserPtr)
+DCOMM_NCCL_NAME(CommSuspend)
+DCOMM_NCCL_NAME(CommResume)
+DCOMM_NCCL_NAME(CommMemStats)

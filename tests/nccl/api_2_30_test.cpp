@@ -1,0 +1,217 @@
+// What NCCL 2.30 adds, through dcomm's libnccl.so.2, built against dcomm's own nccl.h (checked
+// fact by fact against 2.30.7's by nccl_abi): the version; configs of both sizes (a 2.28
+// program's 80 bytes and 2.30's 96); the ncclParam* functions over dcomm's settings and the
+// NCCL variables it honours; windows (the user pointer, this rank's device-API pointer, a
+// peer's refused by name); ncclCommQueryProperties written only as far as its size says; the
+// device API's teams; memory statistics; and the calls dcomm does not back yet answering
+// ncclInvalidUsage with a message that names them.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../../nccl/include/nccl.h"
+#include "nccl_check.hpp"
+
+// The device API's host functions (nccl_device/core.h), as NCCL 2.30 declares them.
+struct Team {
+  int nRanks, rank, stride;
+};
+struct Properties {
+  size_t size;
+  unsigned int magic, version;
+  int rank, nRanks, cudaDev, nvmlDev;
+  bool deviceApiSupport, multimemSupport;
+  int ginType, nLsaTeams;
+  bool hostRmaSupport;
+  int railedGinType;
+};
+extern "C" {
+ncclResult_t ncclCommQueryProperties(ncclComm_t comm, Properties* props);
+ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void** outPtr);
+ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank, void** outPtr);
+Team ncclTeamWorld(ncclComm_t comm);
+Team ncclTeamLsa(ncclComm_t comm);
+int ncclTeamRankToWorld(ncclComm_t comm, Team team, int rank);
+int ncclTeamRankToLsa(ncclComm_t comm, Team team, int rank);
+}
+
+namespace {
+
+bool says(const char* what) { return std::strstr(ncclGetLastError(nullptr), what) != nullptr; }
+
+// One rank alone, with `config` (NULL: none).
+ncclComm_t single(ncclConfig_t* config) {
+  ncclUniqueId id;
+  CHECK(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId: %s", ncclGetLastError(nullptr));
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, 1, id, 0, config);
+  if (r == ncclInProgress) {
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress) CHECK(ncclCommGetAsyncError(comm, &state) == ncclSuccess, "async error");
+    r = state;
+  }
+  CHECK(r == ncclSuccess, "ncclCommInitRankConfig: %s", ncclGetLastError(nullptr));
+  return comm;
+}
+
+void version_and_configs() {
+  int v = 0;
+  CHECK(ncclGetVersion(&v) == ncclSuccess && v == NCCL_VERSION_CODE && v == 23007, "ncclGetVersion gave %d", v);
+  CHECK(std::strcmp(ncclGetErrorString(ncclTimeout), "unknown result code") != 0, "ncclTimeout has no string");
+  ncclConfig_t now = NCCL_CONFIG_INITIALIZER;
+  now.blocking = 0;
+  now.numRmaCtx = 2;
+  CHECK(sizeof now == 96, "a 2.30 config is %zu bytes", sizeof now);
+  ncclComm_t a = single(&now);
+  // A program built against 2.28 passes 80 bytes and version 22809; the fields past them are
+  // never read (here: garbage).
+  ncclConfig_t old = NCCL_CONFIG_INITIALIZER;
+  old.size = 80;
+  old.version = 22809;
+  old.blocking = 1;
+  old.graphUsageMode = old.numRmaCtx = old.maxP2pPeers = old.graphStreamOrdering = 0x5a5a5a5a;
+  ncclComm_t b = single(&old);
+  int n = 0;
+  CHECK(a && ncclCommCount(a, &n) == ncclSuccess && n == 1, "2.30 config: count %d", n);
+  CHECK(b && ncclCommCount(b, &n) == ncclSuccess && n == 1, "2.28 config: count %d", n);
+  ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+  bad.magic = 0;
+  ncclUniqueId id;
+  ncclGetUniqueId(&id);
+  ncclComm_t c = nullptr;
+  CHECK(ncclCommInitRankConfig(&c, 1, id, 0, &bad) == ncclInvalidArgument && says("NCCL_CONFIG_INITIALIZER"),
+        "a config without the magic: %s", ncclGetLastError(nullptr));
+  ncclCommDestroy(a);
+  ncclCommDestroy(b);
+}
+
+void params() {
+  setenv("DCOMM_SLOTS", "12", 1);
+  setenv("NCCL_IB_HCA", "=mlx5_3:1", 1);
+  setenv("DCOMM_SOCKET_IFNAME", "lo", 1);
+  unsetenv("NCCL_SOCKET_IFNAME");
+  ncclParamHandle_t slots = nullptr, timeout = nullptr, spin = nullptr, hca = nullptr, again = nullptr;
+  CHECK(ncclParamBind(&slots, "DCOMM_SLOTS") == ncclSuccess && slots, "bind DCOMM_SLOTS: %s", ncclGetLastError(nullptr));
+  CHECK(ncclParamBind(&again, "DCOMM_SLOTS") == ncclSuccess && again == slots, "a key binds to one handle");
+  int32_t i32 = 0;
+  uint64_t u64 = 0;
+  CHECK(ncclParamGetI32(slots, &i32) == ncclSuccess && i32 == 12, "DCOMM_SLOTS read %d, set 12", i32);
+  CHECK(ncclParamGetU64(slots, &u64) == ncclSuccess && u64 == 12, "DCOMM_SLOTS as u64: %llu",
+        static_cast<unsigned long long>(u64));
+  setenv("DCOMM_SLOTS", "9", 1);  // read when asked, not when bound
+  CHECK(ncclParamGetI32(slots, &i32) == ncclSuccess && i32 == 9, "DCOMM_SLOTS read %d after setting 9", i32);
+  unsetenv("DCOMM_SLOTS");
+  CHECK(ncclParamGetI32(slots, &i32) == ncclSuccess && i32 == 8, "DCOMM_SLOTS' default read as %d", i32);
+  CHECK(ncclParamBind(&timeout, "DCOMM_TIMEOUT_MS") == ncclSuccess, "bind DCOMM_TIMEOUT_MS");
+  int8_t i8 = 0;
+  CHECK(ncclParamGetI8(timeout, &i8) == ncclInvalidArgument && says("DCOMM_TIMEOUT_MS") && says("8 bits"),
+        "60000 into int8: %s", ncclGetLastError(nullptr));
+  CHECK(ncclParamBind(&spin, "DCOMM_SPIN") == ncclSuccess, "bind DCOMM_SPIN");
+  uint8_t u8 = 0;
+  CHECK(ncclParamGetU8(spin, &u8) == ncclInvalidArgument, "-1 read as unsigned");
+  CHECK(ncclParamBind(&hca, "NCCL_IB_HCA") == ncclSuccess, "bind NCCL_IB_HCA");
+  const char* s = nullptr;
+  CHECK(ncclParamGetStr(hca, &s) == ncclSuccess && s && std::string(s) == "=mlx5_3:1", "NCCL_IB_HCA read '%s'",
+        s ? s : "(null)");
+  int len = 0;
+  CHECK(ncclParamGetParameter("NCCL_SOCKET_IFNAME", &s, &len) == ncclSuccess && std::string(s) == "lo" && len == 2,
+        "unset NCCL_SOCKET_IFNAME reads its dcomm equivalent: '%s'", s ? s : "(null)");
+  char raw[4] = {};
+  CHECK(ncclParamGet(hca, raw, 4, &len) == ncclInvalidArgument && says("maxLen"), "9 bytes into 4");
+  char big[32] = {};
+  CHECK(ncclParamGet(hca, big, 32, &len) == ncclSuccess && len == 9 && std::memcmp(big, "=mlx5_3:1", 9) == 0,
+        "raw NCCL_IB_HCA: %d bytes", len);
+  ncclParamHandle_t none = nullptr;
+  CHECK(ncclParamBind(&none, "NCCL_NO_SUCH_PARAM") == ncclInvalidArgument && says("NCCL_NO_SUCH_PARAM"),
+        "an unknown key: %s", ncclGetLastError(nullptr));
+  const char** keys = nullptr;
+  int n = 0;
+  CHECK(ncclParamGetAllParameterKeys(&keys, &n) == ncclSuccess && n > 20, "%d keys", n);
+  bool algo = false, cma = false;
+  for (int i = 0; i < n; ++i) {
+    algo = algo || std::string(keys[i]) == "NCCL_ALGO";
+    cma = cma || std::string(keys[i]) == "DCOMM_CMA_BYTES";
+  }
+  CHECK(algo && cma, "NCCL_ALGO and DCOMM_CMA_BYTES among the keys");
+  ncclParamDumpAll();
+}
+
+void windows_and_device_api() {
+  ncclComm_t comms[2];
+  CHECK(ncclCommInitAll(comms, 2, nullptr) == ncclSuccess, "ncclCommInitAll: %s", ncclGetLastError(nullptr));
+  std::vector<float> data[2] = {std::vector<float>(1024, 1.f), std::vector<float>(1024, 2.f)};
+  ncclGroupStart();
+  for (int r = 0; r < 2; ++r) ncclAllReduce(data[r].data(), data[r].data(), 1024, ncclFloat32, ncclSum, comms[r], nullptr);
+  CHECK(ncclGroupEnd() == ncclSuccess && data[0][7] == 3.f && data[1][7] == 3.f, "all_reduce: %s",
+        ncclGetLastError(nullptr));
+  for (int r = 0; r < 2; ++r) {
+    ncclComm_t c = comms[r];
+    ncclWindow_t win = nullptr;
+    CHECK(ncclCommWindowRegister(c, data[r].data(), 4096, &win, NCCL_WIN_STRICT_ORDERING) == ncclSuccess,
+          "register: %s", ncclGetLastError(nullptr));
+    void* p = nullptr;
+    CHECK(ncclWinGetUserPtr(c, win, &p) == ncclSuccess && p == data[r].data(), "rank %d: user pointer", r);
+    CHECK(ncclGetPeerDevicePointer(win, 16, r, &p) == ncclSuccess && p == reinterpret_cast<char*>(data[r].data()) + 16,
+          "rank %d: its own window's pointer", r);
+    CHECK(ncclGetLsaDevicePointer(win, 0, 0, &p) == ncclSuccess && p == data[r].data(), "rank %d: LSA rank 0", r);
+    CHECK(ncclGetPeerDevicePointer(win, 0, 1 - r, &p) == ncclInvalidUsage && p == nullptr && says("not mapped"),
+          "rank %d: a peer's pointer: %s", r, ncclGetLastError(nullptr));
+    CHECK(ncclGetPeerDevicePointer(win, 4097, r, &p) == ncclInvalidArgument && says("past the window"),
+          "an offset past the window");
+    CHECK(ncclCommWindowRegister(c, data[r].data(), 64, &win, 0x80) == ncclInvalidArgument, "unknown window flags");
+    CHECK(ncclCommWindowDeregister(c, win) == ncclSuccess, "deregister");
+
+    Properties props{};
+    props.size = sizeof props;
+    props.magic = NCCL_API_MAGIC;
+    props.version = NCCL_VERSION_CODE;
+    props.hostRmaSupport = true;
+    CHECK(ncclCommQueryProperties(c, &props) == ncclSuccess && props.rank == r && props.nRanks == 2 &&
+              !props.deviceApiSupport && !props.hostRmaSupport && props.nLsaTeams == 0,
+          "rank %d: properties rank %d of %d", r, props.rank, props.nRanks);
+    Properties shorter{};  // a caller whose struct ends after nRanks: nothing past it is written
+    shorter.size = offsetof(Properties, cudaDev);
+    shorter.magic = NCCL_API_MAGIC;
+    shorter.cudaDev = 12345;
+    CHECK(ncclCommQueryProperties(c, &shorter) == ncclSuccess && shorter.nRanks == 2 && shorter.cudaDev == 12345,
+          "a shorter properties struct: cudaDev %d", shorter.cudaDev);
+
+    Team world = ncclTeamWorld(c), lsa = ncclTeamLsa(c);
+    CHECK(world.nRanks == 2 && world.rank == r && world.stride == 1, "world team {%d, %d, %d}", world.nRanks,
+          world.rank, world.stride);
+    CHECK(lsa.nRanks == 1 && lsa.rank == 0, "the LSA team is this rank: {%d, %d}", lsa.nRanks, lsa.rank);
+    CHECK(ncclTeamRankToWorld(c, world, 1 - r) == 1 - r && ncclTeamRankToWorld(c, world, 2) == -1, "world ranks");
+    CHECK(ncclTeamRankToLsa(c, world, r) == 0 && ncclTeamRankToLsa(c, world, 1 - r) == -1, "LSA ranks");
+
+    uint64_t total = 0, persist = 0, suspendable = 1, suspended = 1;
+    CHECK(ncclCommMemStats(c, ncclStatGpuMemTotal, &total) == ncclSuccess && total > 0, "held %llu bytes",
+          static_cast<unsigned long long>(total));
+    ncclCommMemStats(c, ncclStatGpuMemPersist, &persist);
+    ncclCommMemStats(c, ncclStatGpuMemSuspend, &suspendable);
+    ncclCommMemStats(c, ncclStatGpuMemSuspended, &suspended);
+    CHECK(persist == total && suspendable == 0 && suspended == 0, "stats: persist %llu suspendable %llu",
+          static_cast<unsigned long long>(persist), static_cast<unsigned long long>(suspendable));
+    CHECK(ncclCommMemStats(c, static_cast<ncclCommMemStat_t>(9), &total) == ncclInvalidArgument, "an unknown stat");
+  }
+  // What dcomm does not back yet says so, by name.
+  CHECK(ncclCommSuspend(comms[0], NCCL_SUSPEND_MEM) == ncclInvalidUsage && says("ncclCommSuspend"), "suspend");
+  CHECK(ncclPutSignal(data[0].data(), 4, ncclFloat32, 1, nullptr, 0, 0, 0, 0, comms[0], nullptr) == ncclInvalidUsage &&
+            says("ncclPutSignal"),
+        "put: %s", ncclGetLastError(nullptr));
+  ncclUniqueId id;
+  CHECK(ncclCommGetUniqueId(comms[0], &id) == ncclInvalidUsage && says("ncclCommGetUniqueId"), "comm unique id");
+  ncclComm_t grown = comms[0];
+  CHECK(ncclCommGrow(comms[0], 3, nullptr, -1, &grown, nullptr) == ncclInvalidUsage && grown == nullptr, "grow");
+  for (ncclComm_t c : comms) ncclCommDestroy(c);
+}
+
+}  // namespace
+
+int main() {
+  version_and_configs();
+  params();
+  windows_and_device_api();
+  std::printf(failures ? "FAILED: %d\n" : "ok\n", failures);
+  return failures ? 1 : 0;
+}
