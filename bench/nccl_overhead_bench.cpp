@@ -16,6 +16,8 @@
 
 #include <dcomm/dcomm.hpp>
 
+#include "forked.hpp"
+
 namespace {
 
 double median(std::vector<double> v) {
@@ -97,14 +99,5 @@ int main(int argc, char** argv) {
   int fds[2];
   if (pipe(fds) != 0) return 1;
   // Forked before anything of dcomm exists in this process; rank 0 makes both ids.
-  pid_t pids[2];
-  for (int r = 0; r < 2; ++r)
-    if ((pids[r] = fork()) == 0) _exit(run_rank(r, fds[0], fds[1], rounds, max_bytes));
-  int bad = 0;
-  for (pid_t p : pids) {
-    int status = 0;
-    waitpid(p, &status, 0);
-    bad += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
-  return bad ? 1 : 0;
+  return run_forked(2, [&](int r) { return run_rank(r, fds[0], fds[1], rounds, max_bytes); });
 }

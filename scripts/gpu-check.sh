@@ -250,6 +250,21 @@ else
   cs_record nccl_device skipped 0 "dcomm's libnccl.so.2 or nccl_local_test was not built"
 fi
 
+# The machine's torch 2.x with CUDA, if any (steps 3b and 8).
+TORCH_HAS=$(python3 -c "import torch; print(torch.__version__.split('+')[0] if torch.cuda.is_available() else '')" 2>/dev/null)
+
+# 3b. torch's own NCCL process group on dcomm's libnccl.so.2 (the machine's torch): every NCCL
+# symbol its libtorch_cuda.so imports is dcomm's and binds to it (tests/nccl/torch_loads.sh), then
+# a DDP step of 2 ranks on the one GPU, dcomm's library preloaded, against a one-process step.
+NCCL_SO=$BIN/lib/libnccl.so.2
+if { [ -n "$TORCH_HAS" ] && [ -f "$NCCL_SO" ]; } || [ "${CS_DRY_RUN:-0}" = 1 ]; then
+  step torch_nccl_loads 30 10 bash "$ROOT/tests/nccl/torch_loads.sh" "$NCCL_SO" python3
+  step torch_nccl_ddp 60 20 env LD_PRELOAD="$NCCL_SO" python3 -m torch.distributed.run --standalone \
+    --nproc_per_node 2 "$ROOT/tests/nccl/torch_nccl_ddp.py"
+else
+  cs_record torch_nccl skipped 0 "no CUDA torch here, or dcomm's libnccl.so.2 was not built"
+fi
+
 # 4. The 2-rank all_reduce table (threads as ranks sharing the GPU), each size beside a device
 # copy of it; then the tuning rows: 256 MiB, one setting changed at a time.
 step all_reduce_2 45 15 "$BENCH" all_reduce -t 2 -g 1 -b 1M -e 256M -f 4 -n 20 -w 5 -c 1 -J "$CS_WORK/all_reduce_2.json"
@@ -286,7 +301,6 @@ done
 # its Python and linked with the prebuilt core (the whole backend when the core is missing or
 # the torch differs), then 2 ranks on the one GPU under torchrun (collectives, coalescing,
 # stream order, futures, DDP against Gloo on the CPU; tests/torch/backend_checks.py gpu).
-TORCH_HAS=$(python3 -c "import torch; print(torch.__version__.split('+')[0] if torch.cuda.is_available() else '')" 2>/dev/null)
 if [ -n "$TORCH_HAS" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
   TORCH_PKG=$ROOT/build-gpu/torch-pkg  # outside the archive
   prebuilt=()

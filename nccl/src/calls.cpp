@@ -287,6 +287,8 @@ ncclResult_t call(Call::Kind kind, const char* name, const void* send, void* rec
          .stream = stream};
   if (op)
     if (ncclResult_t r = resolve_op(comm, *op, *type, &k); r != ncclSuccess) return r;
+  if (comm->host->suspended())
+    return fail(ncclInvalidUsage, name, ": the comm is suspended (ncclCommSuspend); ncclCommResume it first");
   const int n = comm->size(), me = comm->rank();
   const bool p2p = kind == Call::kSend || kind == Call::kRecv;
   const bool rooted =

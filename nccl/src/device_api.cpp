@@ -33,7 +33,8 @@ ncclResult_t window_pointer(const char* what, ncclWindow_t window, size_t offset
   *out = nullptr;
   Window* w = live_window(window, what);
   if (!w) return ncclInvalidArgument;
-  if (offset > w->size) return fail(ncclInvalidArgument, what, ": offset ", offset, " is past the window's ", w->size, " bytes");
+  if (offset > w->size)
+    return fail(ncclInvalidArgument, what, ": offset ", offset, " is past the window's ", w->size, " bytes");
   if (rank != w->comm->rank())
     return fail(ncclInvalidUsage, what, ": rank ", rank, "'s window is not mapped on rank ", w->comm->rank(),
                 " (dcomm maps no peer memory for the device API)");

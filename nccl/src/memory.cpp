@@ -57,7 +57,8 @@ DCOMM_NCCL_API ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff,
   if (size > 0 && !buff) return fail(ncclInvalidArgument, "ncclCommWindowRegister: buff is NULL (size ", size, ")");
   const int known = NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING;
   if (winFlags & ~known)
-    return fail(ncclInvalidArgument, "ncclCommWindowRegister: flags ", winFlags, " hold bits that are not NCCL_WIN_* flags");
+    return fail(ncclInvalidArgument, "ncclCommWindowRegister: flags ", winFlags,
+                " hold bits that are not NCCL_WIN_* flags");
   *win = reinterpret_cast<ncclWindow_t>(new Window{.comm = comm, .buff = buff, .size = size, .flags = winFlags});
   return ncclSuccess;
 }
@@ -82,31 +83,63 @@ DCOMM_NCCL_API ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win
   return ncclSuccess;
 }
 
-// Suspend and resume: dcomm cannot release a communicator's memory and bring it back yet, so
-// both say so, and the statistics count everything as persistent (nothing is suspendable).
-// On host memory, NCCL's "GPU memory" reads as the communicator's own: its staging FIFOs.
+// Suspend and resume: Communicator::suspend/resume, collective. On host memory NCCL's "GPU
+// memory" reads as the communicator's own: suspendable, the FIFOs of the links made on first use
+// (shared memory, threads) and the scratch; persistent, the FIFOs of the TCP, UCX and verbs links
+// the proxy moves. A device communicator's arenas are not released (docs/nccl.md).
+namespace {
+
+// Runs `op` now on a blocking communicator; on a non-blocking one on a thread of its own,
+// answering ncclInProgress, and ncclCommGetAsyncError says when it has ended, as NCCL runs a
+// non-blocking communicator's calls that wait for peers. Later calls wait for it (usable()).
+ncclResult_t run_waiting(ncclComm* c, const char* what, std::function<Status()> op) {
+  if (c->blocking) {
+    InCall in(c);
+    return record(c, op().with_context(what));
+  }
+  std::lock_guard<std::mutex> lock(c->creator_mu);
+  c->state.store(ncclInProgress);
+  c->creator = std::thread([c, what, op = std::move(op)] {
+    InCall in(c);
+    Status s = op().with_context(what);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> guard(c->mu);
+      c->state_error = s.message();
+    }
+    c->state.store(s.ok() ? ncclSuccess : to_nccl(s));
+  });
+  return ncclInProgress;
+}
+
+}  // namespace
+
 DCOMM_NCCL_API ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
   if (ncclResult_t r = usable(comm, "ncclCommSuspend"); r != ncclSuccess) return r;
   if (flags & ~NCCL_SUSPEND_MEM)
     return fail(ncclInvalidArgument, "ncclCommSuspend: flags ", flags, " hold bits that are not NCCL_SUSPEND_*");
-  return fail(ncclInvalidUsage, "ncclCommSuspend is not supported by dcomm yet (the communicator keeps its memory)");
+  if (comm->host->suspended()) return fail(ncclInvalidUsage, "ncclCommSuspend: the comm is suspended already");
+  if (!(flags & NCCL_SUSPEND_MEM)) return ncclSuccess;  // nothing asked to be released
+  return run_waiting(comm, "ncclCommSuspend", [comm] { return comm->host->suspend(); });
 }
 
 DCOMM_NCCL_API ncclResult_t pncclCommResume(ncclComm_t comm) {
   if (ncclResult_t r = usable(comm, "ncclCommResume"); r != ncclSuccess) return r;
-  return fail(ncclInvalidUsage, "ncclCommResume: the communicator is not suspended (dcomm does not suspend yet)");
+  if (!comm->host->suspended()) return fail(ncclInvalidUsage, "ncclCommResume: the comm is not suspended");
+  return run_waiting(comm, "ncclCommResume", [comm] { return comm->host->resume(); });
 }
 
 DCOMM_NCCL_API ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
   if (ncclResult_t r = usable(comm, "ncclCommMemStats"); r != ncclSuccess) return r;
   if (!value) return fail(ncclInvalidArgument, "ncclCommMemStats: value is NULL");
-  const uint64_t held = comm->host->staging_bytes();
+  const MemStats m = comm->host->mem_stats();
   switch (stat) {
-    case ncclStatGpuMemSuspend: *value = 0; break;
-    case ncclStatGpuMemSuspended: *value = 0; break;
-    case ncclStatGpuMemPersist: *value = held; break;
-    case ncclStatGpuMemTotal: *value = held; break;
-    default: return fail(ncclInvalidArgument, "ncclCommMemStats: stat ", static_cast<int>(stat), " is not an ncclCommMemStat_t");
+    case ncclStatGpuMemSuspend: *value = m.suspendable; break;
+    case ncclStatGpuMemSuspended: *value = m.suspended ? 1 : 0; break;
+    case ncclStatGpuMemPersist: *value = m.persistent; break;
+    case ncclStatGpuMemTotal: *value = m.total(); break;
+    default:
+      return fail(ncclInvalidArgument, "ncclCommMemStats: stat ", static_cast<int>(stat),
+                  " is not an ncclCommMemStat_t");
   }
   return ncclSuccess;
 }

@@ -69,7 +69,8 @@ Result<std::string> value_of(const std::string& key, const char* what) {
   if (!m.ok()) return m.status().with_context(what);
   auto it = m->find(key);
   if (it == m->end())
-    return invalid_argument(what, ": '", key, "' is not a parameter dcomm knows (ncclParamGetAllParameterKeys lists them)");
+    return invalid_argument(what, ": '", key,
+                            "' is not a parameter dcomm knows (ncclParamGetAllParameterKeys lists them)");
   return it->second;
 }
 
@@ -117,9 +118,9 @@ DCOMM_NCCL_API ncclResult_t pncclParamBind(ncclParamHandle_t* out, const char* k
   return ncclSuccess;
 }
 
-#define DCOMM_NCCL_PARAM_GET(Suffix, T) \
+#define DCOMM_NCCL_PARAM_GET(Suffix, T)                                            \
   DCOMM_NCCL_API ncclResult_t pncclParamGet##Suffix(ncclParamHandle_t h, T* out) { \
-    return get_integer(h, out, "ncclParamGet" #Suffix);                              \
+    return get_integer(h, out, "ncclParamGet" #Suffix);                            \
   }
 DCOMM_NCCL_PARAM_GET(I8, int8_t)
 DCOMM_NCCL_PARAM_GET(I16, int16_t)

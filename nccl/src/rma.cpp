@@ -7,7 +7,8 @@ using namespace dcomm_nccl;
 
 namespace {
 ncclResult_t no_rma(const char* what) {
-  return fail(ncclInvalidUsage, what, " is not supported by dcomm yet (one-sided window access; use ncclSend/ncclRecv)");
+  return fail(ncclInvalidUsage, what,
+              " is not supported by dcomm yet (one-sided window access; use ncclSend/ncclRecv)");
 }
 }  // namespace
 

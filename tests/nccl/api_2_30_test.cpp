@@ -3,11 +3,12 @@
 // program's 80 bytes and 2.30's 96); the ncclParam* functions over dcomm's settings and the
 // NCCL variables it honours; windows (the user pointer, this rank's device-API pointer, a
 // peer's refused by name); ncclCommQueryProperties written only as far as its size says; the
-// device API's teams; memory statistics; and the calls dcomm does not back yet answering
-// ncclInvalidUsage with a message that names them.
+// device API's teams; memory statistics; suspend and resume (blocking on two ranks, and
+// non-blocking); and the calls dcomm does not back yet answering ncclInvalidUsage by name.
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../nccl/include/nccl.h"
@@ -82,6 +83,16 @@ void version_and_configs() {
   ncclComm_t c = nullptr;
   CHECK(ncclCommInitRankConfig(&c, 1, id, 0, &bad) == ncclInvalidArgument && says("NCCL_CONFIG_INITIALIZER"),
         "a config without the magic: %s", ncclGetLastError(nullptr));
+  // A non-blocking comm suspends and resumes in the background.
+  for (ncclResult_t (*step)(ncclComm_t) : {+[](ncclComm_t x) { return ncclCommSuspend(x, NCCL_SUSPEND_MEM); },
+                                           +[](ncclComm_t x) { return ncclCommResume(x); }}) {
+    ncclResult_t r = step(a), state = ncclInProgress;
+    CHECK(r == ncclInProgress || r == ncclSuccess, "non-blocking suspend/resume: %d", static_cast<int>(r));
+    while (state == ncclInProgress) ncclCommGetAsyncError(a, &state);
+    CHECK(state == ncclSuccess, "non-blocking suspend/resume ended with %d", static_cast<int>(state));
+  }
+  uint64_t suspended = 1;
+  CHECK(ncclCommMemStats(a, ncclStatGpuMemSuspended, &suspended) == ncclSuccess && suspended == 0, "resumed");
   ncclCommDestroy(a);
   ncclCommDestroy(b);
 }
@@ -92,7 +103,8 @@ void params() {
   setenv("DCOMM_SOCKET_IFNAME", "lo", 1);
   unsetenv("NCCL_SOCKET_IFNAME");
   ncclParamHandle_t slots = nullptr, timeout = nullptr, spin = nullptr, hca = nullptr, again = nullptr;
-  CHECK(ncclParamBind(&slots, "DCOMM_SLOTS") == ncclSuccess && slots, "bind DCOMM_SLOTS: %s", ncclGetLastError(nullptr));
+  CHECK(ncclParamBind(&slots, "DCOMM_SLOTS") == ncclSuccess && slots, "bind DCOMM_SLOTS: %s",
+        ncclGetLastError(nullptr));
   CHECK(ncclParamBind(&again, "DCOMM_SLOTS") == ncclSuccess && again == slots, "a key binds to one handle");
   int32_t i32 = 0;
   uint64_t u64 = 0;
@@ -142,7 +154,8 @@ void windows_and_device_api() {
   CHECK(ncclCommInitAll(comms, 2, nullptr) == ncclSuccess, "ncclCommInitAll: %s", ncclGetLastError(nullptr));
   std::vector<float> data[2] = {std::vector<float>(1024, 1.f), std::vector<float>(1024, 2.f)};
   ncclGroupStart();
-  for (int r = 0; r < 2; ++r) ncclAllReduce(data[r].data(), data[r].data(), 1024, ncclFloat32, ncclSum, comms[r], nullptr);
+  for (int r = 0; r < 2; ++r)
+    ncclAllReduce(data[r].data(), data[r].data(), 1024, ncclFloat32, ncclSum, comms[r], nullptr);
   CHECK(ncclGroupEnd() == ncclSuccess && data[0][7] == 3.f && data[1][7] == 3.f, "all_reduce: %s",
         ncclGetLastError(nullptr));
   for (int r = 0; r < 2; ++r) {
@@ -184,18 +197,42 @@ void windows_and_device_api() {
     CHECK(ncclTeamRankToWorld(c, world, 1 - r) == 1 - r && ncclTeamRankToWorld(c, world, 2) == -1, "world ranks");
     CHECK(ncclTeamRankToLsa(c, world, r) == 0 && ncclTeamRankToLsa(c, world, 1 - r) == -1, "LSA ranks");
 
-    uint64_t total = 0, persist = 0, suspendable = 1, suspended = 1;
+    uint64_t total = 0, persist = 0, suspendable = 0, suspended = 1;
     CHECK(ncclCommMemStats(c, ncclStatGpuMemTotal, &total) == ncclSuccess && total > 0, "held %llu bytes",
           static_cast<unsigned long long>(total));
     ncclCommMemStats(c, ncclStatGpuMemPersist, &persist);
     ncclCommMemStats(c, ncclStatGpuMemSuspend, &suspendable);
     ncclCommMemStats(c, ncclStatGpuMemSuspended, &suspended);
-    CHECK(persist == total && suspendable == 0 && suspended == 0, "stats: persist %llu suspendable %llu",
+    CHECK(suspendable > 0 && persist + suspendable == total && suspended == 0,
+          "stats: total %llu persist %llu suspendable %llu", static_cast<unsigned long long>(total),
           static_cast<unsigned long long>(persist), static_cast<unsigned long long>(suspendable));
     CHECK(ncclCommMemStats(c, static_cast<ncclCommMemStat_t>(9), &total) == ncclInvalidArgument, "an unknown stat");
   }
+  // Suspend and resume, collective: one thread a rank.
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      ncclComm_t c = comms[r];
+      CHECK(ncclCommSuspend(c, NCCL_SUSPEND_MEM) == ncclSuccess, "suspend: %s", ncclGetLastError(c));
+      uint64_t suspendable = 1, suspended = 0;
+      ncclCommMemStats(c, ncclStatGpuMemSuspend, &suspendable);
+      ncclCommMemStats(c, ncclStatGpuMemSuspended, &suspended);
+      CHECK(suspendable == 0 && suspended == 1, "suspended: %llu bytes still suspendable",
+            static_cast<unsigned long long>(suspendable));
+      CHECK(ncclAllReduce(data[r].data(), data[r].data(), 4, ncclFloat32, ncclSum, c, nullptr) == ncclInvalidUsage &&
+                says("suspended"),
+            "a call while suspended: %s", ncclGetLastError(nullptr));
+      CHECK(ncclCommSuspend(c, NCCL_SUSPEND_MEM) == ncclInvalidUsage, "suspended twice");
+      CHECK(ncclCommResume(c) == ncclSuccess, "resume: %s", ncclGetLastError(c));
+      CHECK(ncclCommResume(c) == ncclInvalidUsage, "resumed twice");
+      ncclCommMemStats(c, ncclStatGpuMemSuspend, &suspendable);
+      CHECK(suspendable > 0, "nothing back after resume");
+      CHECK(ncclAllReduce(data[r].data(), data[r].data(), 1024, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess &&
+                data[r][5] == 6.f,
+            "all_reduce after resume: %g", data[r][5]);
+    });
+  for (auto& t : ranks) t.join();
   // What dcomm does not back yet says so, by name.
-  CHECK(ncclCommSuspend(comms[0], NCCL_SUSPEND_MEM) == ncclInvalidUsage && says("ncclCommSuspend"), "suspend");
   CHECK(ncclPutSignal(data[0].data(), 4, ncclFloat32, 1, nullptr, 0, 0, 0, 0, comms[0], nullptr) == ncclInvalidUsage &&
             says("ncclPutSignal"),
         "put: %s", ncclGetLastError(nullptr));

@@ -122,6 +122,15 @@ inline Result<std::string> advertised_ip() {
 }
 }  // namespace detail
 
+namespace detail {
+// A nonce as 16 hex digits: in unique ids and communicators' key prefixes.
+inline std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+}  // namespace detail
+
 // NCCL-style unique id: one rank makes it (which starts a rendezvous store in that process),
 // sends to_string() to the others by any means, and every rank passes it to Communicator::init.
 // It carries the job secret that authenticates every connection of the communicators made
@@ -146,9 +155,7 @@ struct UniqueId {
   }
   // dcomm2:<16 hex digits: nonce>:<64 hex digits: secret>@host:port
   std::string to_string() const {
-    char nonce_hex[17];
-    std::snprintf(nonce_hex, sizeof nonce_hex, "%016" PRIx64, nonce);
-    return detail::cat("dcomm2:", nonce_hex, ":", secret.hex(), "@", address.to_string());
+    return detail::cat("dcomm2:", detail::hex16(nonce), ":", secret.hex(), "@", address.to_string());
   }
   static Result<UniqueId> parse(const std::string& text) {
     constexpr size_t kNonceAt = 7, kSecretAt = kNonceAt + 17, kAt = kSecretAt + 2 * JobSecret::kBytes;

@@ -16,12 +16,9 @@
 // that error at once. Argument errors fail only the caller's call and abort nothing.
 #pragma once
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cinttypes>
 #include <cmath>
 #include <concepts>
 #include <cstdio>
@@ -92,7 +89,7 @@ class Communicator {
     }
     auth::note_unauthenticated(launch->access.secret, launch->rank, detail::cat(launch->launcher, " start").c_str());
     static std::atomic<int> env_count{0};
-    std::string prefix = launch->nonce ? hex(launch->nonce) : detail::cat("env", env_count++);
+    std::string prefix = launch->nonce ? detail::hex16(launch->nonce) : detail::cat("env", env_count++);
     return create(launch->rank, launch->size, launch->rendezvous, prefix, *config, server, launch->access,
                   launch->port_span);
   }
@@ -104,7 +101,8 @@ class Communicator {
     return init(rank, size, id, *config);
   }
   static Result<std::unique_ptr<Communicator>> init(int rank, int size, const UniqueId& id, const Config& config) {
-    return create(rank, size, id.address, hex(id.nonce), config, detail::claim_store(id.address), {id.secret, {}});
+    return create(rank, size, id.address, detail::hex16(id.nonce), config, detail::claim_store(id.address),
+                  {id.secret, {}});
   }
 
   // `size` ranks as threads of this process (tests; one process driving several devices).
@@ -194,6 +192,27 @@ class Communicator {
   // so this grows with the set of peers a program talks to: 2 links for rings and chains.
   size_t staging_bytes() const { return links_.staging_bytes(); }
   bool aborted() const { return abort_->aborted(); }
+  // Collective, between calls: releases the links' own FIFOs (shared-memory files, heap) and the
+  // scratch on every rank (what mem_stats() calls suspendable); calls fail until resume(), which
+  // reconnects the same links. ncclCommSuspend/Resume map onto these.
+  Status suspend() {
+    if (suspended_) return make_error(ErrorCode::kUnsupported, "suspend on rank ", rank_, ": already suspended");
+    DCOMM_RETURN_IF_ERROR(barrier().with_context("suspend"));  // no peer is still in a call with this rank
+    dropped_ = links_.release_own(detail::cat(prefix_, "e", ++epoch_));
+    std::vector<char>().swap(scratch_);
+    suspended_ = true;
+    return {};
+  }
+  Status resume() {
+    if (!suspended_) return make_error(ErrorCode::kUnsupported, "resume on rank ", rank_, ": not suspended");
+    DCOMM_RETURN_IF_ERROR(links_.connect(dropped_).with_context(detail::cat("resume on rank ", rank_)));
+    suspended_ = false;
+    return {};
+  }
+  bool suspended() const { return suspended_; }
+  MemStats mem_stats() const {
+    return {links_.staging_bytes(false) + scratch_.capacity(), links_.staging_bytes(true), suspended_};
+  }
   // Aborts this communicator on every rank: pending and later calls fail with `why`.
   void abort(const std::string& why) {
     abort_->abort(make_error(ErrorCode::kAborted, "rank ", rank_, " called abort(): ", why));
@@ -246,8 +265,8 @@ class Communicator {
                    DataType type) {
     return p2p({P2POp::send(send_buf, send_count, type, dst), P2POp::recv(recv_buf, recv_count, type, src)});
   }
-  Status p2p(std::vector<P2POp> ops) { return execute(p2p_desc(std::move(ops))); }
-  Work p2p_async(std::vector<P2POp> ops) { return execute_async(p2p_desc(std::move(ops))); }
+  Status p2p(std::vector<P2POp> ops) { return execute(OpDesc::point_to_point(std::move(ops))); }
+  Work p2p_async(std::vector<P2POp> ops) { return execute_async(OpDesc::point_to_point(std::move(ops))); }
   Status barrier() { return execute({OpKind::kBarrier}); }
   Work barrier_async() { return execute_async({OpKind::kBarrier}); }
 
@@ -305,18 +324,8 @@ class Communicator {
  private:
   Communicator() = default;
 
-  static std::string hex(uint64_t v) {
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
-    return buf;
-  }
   static Status size_error(const char* op, size_t send, size_t recv) {
     return invalid_argument(op, ": the send span implies ", send, " elements but the receive span has ", recv);
-  }
-  static OpDesc p2p_desc(std::vector<P2POp> ops) {
-    OpDesc d{OpKind::kPointToPoint};
-    d.p2p = std::move(ops);
-    return d;
   }
 
   static Result<std::unique_ptr<Communicator>> create(int rank, int size, const SocketAddress& rendezvous,
@@ -373,16 +382,7 @@ class Communicator {
     auto kinds = choose_transports(rank_, peers_, config_);
     if (!kinds.ok()) return kinds.status();
     kinds_ = std::move(*kinds);
-    if (config_.spin_iterations < 0 || config_.proxy_spin_us < 0) {
-      cpu_set_t cpus;
-      CPU_ZERO(&cpus);
-      int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-      if (config_.spin_iterations < 0) config_.spin_iterations = local_size_ > cores ? 16 : 2000;
-      // A polling proxy shares its rank's core (it yields between turns); over verbs it needs a
-      // core of its own, since an emulated NIC (Soft-RoCE) works on the same cores.
-      const bool verbs = std::find(kinds_.begin(), kinds_.end(), TransportChoice::kVerbs) != kinds_.end();
-      if (config_.proxy_spin_us < 0) config_.proxy_spin_us = (verbs ? 2 : 1) * local_size_ > cores ? 0 : 2000;
-    }
+    resolve_auto_spin(config_, local_size_, kinds_);
 
     DCOMM_RETURN_IF_ERROR(agree_facts(facts_, {rank_, local_size_, peers_, kinds_, *store_, prefix_, config_}));
 
@@ -441,6 +441,8 @@ class Communicator {
   Status precheck(const OpDesc& d) const {
     Status s = validate(d, rank_, size_);
     if (s.ok() && abort_->aborted()) s = abort_->status().with_context("the communicator was aborted earlier");
+    if (s.ok() && suspended_)
+      s = make_error(ErrorCode::kUnsupported, "the communicator is suspended; resume() it first");
     if (!s.ok()) return s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_));
     return {};
   }
@@ -503,6 +505,9 @@ class Communicator {
   LinkTable links_;     // the links to the peers (comm/link_table.hpp)
   AbortFanout fanout_;  // how an abort reaches every rank, and who is in which call (comm/abort_fanout.hpp)
   int split_count_ = 0;
+  bool suspended_ = false;
+  int epoch_ = 0;                     // suspensions so far: later links connect under a new key prefix
+  std::vector<int> dropped_;          // the links suspend() released, for resume()
   StoreAccess access_;                // the job secret and tag every connection of this communicator uses
   CallStamp call_stamp_;              // the call in progress, as its slots carry it (PeerPort reads it)
   uint32_t call_seq_ = 0;             // collectives so far: the same count on every rank

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,17 @@
 #include "dcomm/transport/transport.hpp"
 
 DCOMM_NAMESPACE_BEGIN
+
+// What a communicator holds (Communicator::mem_stats; ncclCommMemStats maps it): `suspendable`,
+// what suspend() releases (the FIFOs of links made on first use: shared memory, threads, and
+// the scratch); `persistent`, what it keeps (the FIFOs of the links the proxy thread moves:
+// TCP, UCX and verbs, made at start-up with the socket mesh).
+struct MemStats {
+  size_t suspendable = 0;
+  size_t persistent = 0;
+  bool suspended = false;
+  size_t total() const { return suspendable + persistent; }
+};
 
 class LinkTable {
  public:
@@ -58,12 +70,29 @@ class LinkTable {
   const std::vector<PeerPort*>& all() const { return all_; }
   const std::vector<PeerPort*>& all_by_position() const { return all_by_position_; }
 
-  // Staging memory (FIFOs) held now, in bytes.
-  size_t staging_bytes() const {
+  // Staging memory (FIFOs) held now, in bytes: all, or only the proxied links' or the others'.
+  size_t staging_bytes(std::optional<bool> proxied = std::nullopt) const {
     size_t total = 0;
     for (const auto& p : ports_)
-      if (p) total += p->connection().staging_bytes();
+      if (p && (!proxied || p->connection().proxied() == *proxied)) total += p->connection().staging_bytes();
     return total;
+  }
+
+  // Suspend: drops the links whose FIFOs are this table's own (not proxied), on every rank at
+  // once (the caller's barrier has ended every call), with no goodbye, so each side frees its
+  // half and the shared-memory files go when both have; later links connect under `prefix`
+  // (their store keys and shared names must be new). Returns the peers dropped, for resume.
+  std::vector<int> release_own(std::string prefix) {
+    std::vector<int> dropped;
+    for (size_t p = 0; p < ports_.size(); ++p)
+      if (ports_[p] && !ports_[p]->connection().proxied()) {
+        ports_[p].reset();
+        dropped.push_back(static_cast<int>(p));
+      }
+    all_.clear();  // connect_all makes them again
+    all_by_position_.clear();
+    c_.prefix = std::move(prefix);
+    return dropped;
   }
 
   // Prepares every link first, then connects each: see Transport::prepare.

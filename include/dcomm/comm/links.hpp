@@ -4,6 +4,9 @@
 // what it makes (HostTransports).
 #pragma once
 
+#include <sched.h>
+
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -148,6 +151,20 @@ inline Result<std::unique_ptr<ProxiedTransport>> make_verbs_links(const LinkCont
   return invalid_argument("rank ", c.rank, ": DCOMM_TRANSPORT=verbs, but this program was built without verbs: link ",
                           "the CMake target dcomm::verbs (packages libibverbs-dev, rdma-core)");
 #endif
+}
+
+// DCOMM_SPIN and DCOMM_PROXY_SPIN_US left at -1 (auto), by whether this host has a core for
+// every local rank (env.hpp says what each value means).
+inline void resolve_auto_spin(Config& config, int local_size, const std::vector<TransportChoice>& kinds) {
+  if (config.spin_iterations >= 0 && config.proxy_spin_us >= 0) return;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  if (config.spin_iterations < 0) config.spin_iterations = local_size > cores ? 16 : 2000;
+  // A polling proxy shares its rank's core (it yields between turns); over verbs it needs a
+  // core of its own, since an emulated NIC (Soft-RoCE) works on the same cores.
+  const bool verbs = std::find(kinds.begin(), kinds.end(), TransportChoice::kVerbs) != kinds.end();
+  if (config.proxy_spin_us < 0) config.proxy_spin_us = (verbs ? 2 : 1) * local_size > cores ? 0 : 2000;
 }
 
 // The transports of one rank: threads and shared memory always; the proxy thread and what it

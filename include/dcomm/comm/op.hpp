@@ -26,6 +26,12 @@ struct OpDesc {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
   std::vector<P2POp> p2p;
+
+  static OpDesc point_to_point(std::vector<P2POp> ops) {
+    OpDesc d{OpKind::kPointToPoint};
+    d.p2p = std::move(ops);
+    return d;
+  }
 };
 
 inline Status validate(const OpDesc& d, int rank, int size) {
