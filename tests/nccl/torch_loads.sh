@@ -43,9 +43,18 @@ case "$out" in
   *"nccl ($want) is_nccl_available True"*) ;;
   *) echo "FAIL: expected nccl ($want) and is_nccl_available True"; fail=1 ;;
 esac
-bound=$(grep -h "binding file $cuda_lib .* to .*: normal symbol \`nccl" "$trace"/ld.* | sed "s/.* to \([^ ]*\) .*symbol \`\([a-zA-Z0-9]*\)'.*/\2 \1/" | sort -u)
-ours=$(echo "$bound" | awk -v l="$lib" '{ cmd = "realpath " $2; cmd | getline p; close(cmd); if (p == l) print $1 }' | sort -u | wc -l)
-others=$(echo "$bound" | awk -v l="$lib" '{ cmd = "realpath " $2; cmd | getline p; close(cmd); if (p != l) print $1 " -> " $2 }')
+# "symbol library" for each NCCL symbol of libtorch_cuda.so the linker bound, the library's path
+# resolved once per distinct path (the trace names it as loaded: build/nccl/libnccl.so.2, a link).
+bound=$(grep -h "binding file $cuda_lib .* to .*: normal symbol \`nccl" "$trace"/ld.* |
+  sed "s/.* to \([^ ]*\) .*symbol \`\([a-zA-Z0-9]*\)'.*/\2 \1/" | sort -u)
+declare -A real
+while read -r path; do [ -z "$path" ] || real[$path]=$(realpath "$path"); done < <(echo "$bound" | awk '{print $2}' | sort -u)
+ours=0
+others=""
+while read -r sym path; do
+  [ -n "$sym" ] || continue  # nothing bound at all: counted below
+  if [ "${real[$path]}" = "$lib" ]; then ours=$((ours + 1)); else others+="$sym -> $path"$'\n'; fi
+done <<<"$bound"
 if [ -n "$others" ]; then
   echo "FAIL: libtorch_cuda.so bound NCCL symbols elsewhere:"; echo "$others" | head
   fail=1
