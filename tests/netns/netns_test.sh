@@ -1,7 +1,8 @@
 #!/bin/sh
 # Ranks on two "hosts": network namespaces joined by a veth pair, one rank in each, over TCP
 # and over UCX (its TCP transport), every collective checked bit for bit (dcomm-bench -c 1:
-# a wrong element fails the run). With --netem the link also drops 1% of packets and delays
+# a wrong element fails the run), and one-sided puts with signals (dcomm-test-worker next to
+# the bench's build, or $DCOMM_NETNS_WORKER). With --netem the link also drops 1% of packets and delays
 # each by 20 ms in each direction (tc netem), and the results must still be exact.
 #
 #   tests/netns/netns_test.sh path/to/dcomm-bench [--netem]
@@ -27,10 +28,9 @@ fi
 # took there (in TIME_WAIT) made the next store's bind fail with "Address already in use".
 port=$((20000 + $$ % 10000))
 failed=0
-# One collective on both namespaces; $1: a label, then environment words, then dcomm-bench's args.
-pair() {
-  label=$1
-  shift
+# One command on both namespaces (rank 0 in $a, rank 1 in $b): environment words, then the
+# command; sets rc_a and rc_b, output in $out/a and $out/b.
+run_pair() {
   ip netns exec "$a" env RANK=0 WORLD_SIZE=2 MASTER_ADDR=$NETNS_NET.1 MASTER_PORT=$port DCOMM_RANK=0 \
     DCOMM_WORLD_SIZE=2 DCOMM_COMM_ID=$NETNS_NET.1:$port DCOMM_SOCKET_IFNAME="$va" UCX_NET_DEVICES="$va" \
     DCOMM_TIMEOUT_MS=120000 "$@" >"$out/a" 2>&1 &
@@ -42,6 +42,12 @@ pair() {
   rc_a=0
   wait "$pid" || rc_a=$?
   port=$((port + 7))
+}
+# One collective on both namespaces; $1: a label, then environment words, then dcomm-bench's args.
+pair() {
+  label=$1
+  shift
+  run_pair "$@"
   # And UCX said nothing wrong, at exit either (a close that flushed towards a peer whose
   # worker was gone printed "UCX ERROR ... error during flush").
   if [ "$rc_a" -eq 0 ] && [ "$rc_b" -eq 0 ] && grep -q "Out of bounds values : 0 OK" "$out/a" &&
@@ -62,6 +68,24 @@ done
 # Messages from 64 bytes go as rendezvous, straight into the receiver's buffer.
 pair "tcp send_recv, rendezvous" env DCOMM_TRANSPORT=tcp DCOMM_RENDEZVOUS_BYTES=64 "$BENCH" send_recv -b 8 -e $max \
   -f 16 -n 2 -w 1 -c 1
+# One-sided puts with signals between the hosts: records on the wire's own socket, received
+# into the window by the target's thread (tests/procs/worker.cpp checks every round's data).
+WORKER=${DCOMM_NETNS_WORKER:-$(dirname "$BENCH")/../tests/dcomm-test-worker}
+if [ -x "$WORKER" ]; then
+  for memory in mem_alloc heap; do
+    run_pair "$WORKER" one_sided $memory
+    if [ "$rc_a" -eq 0 ] && [ "$rc_b" -eq 0 ]; then
+      echo "netns_test: ok     one-sided put + signal, $memory window, 3 rounds checked"
+    else
+      echo "netns_test: FAILED one-sided put + signal, $memory window (exit $rc_a / $rc_b)"
+      sed 's/^/  rank 0: /' "$out/a" | tail -5
+      sed 's/^/  rank 1: /' "$out/b" | tail -5
+      failed=1
+    fi
+  done
+else
+  echo "netns_test: no $WORKER; one-sided part skipped"
+fi
 if "$BENCH" all_reduce -N 1 -b 8 -e 8 -n 1 -w 0 >/dev/null 2>&1 &&
    DCOMM_TRANSPORT=ucx UCX_TLS=tcp,self "$BENCH" all_reduce -N 2 -b 8 -e 8 -n 1 -w 0 >/dev/null 2>&1; then
   for coll in all_reduce reduce_scatter all_gather; do

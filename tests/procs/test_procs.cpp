@@ -106,6 +106,19 @@ TEST_CASE("matrix, processes with buffers from mem_alloc: peers map them (all ra
   }
 }
 
+// Over shared memory (stores into a mapping, or cross-memory attach) and over TCP (records on
+// a socket, received into the window by the target's wire thread).
+TEST_CASE("one-sided puts and signals between processes, into mem_alloc and heap windows, direct and over TCP") {
+  for (const char* transport : {"DCOMM_TRANSPORT=auto", "DCOMM_TRANSPORT=tcp"})
+    for (const char* memory : {"mem_alloc", "heap"})
+      for (int size : {2, 3}) {
+        CAPTURE(transport);
+        CAPTURE(memory);
+        CAPTURE(size);
+        check_all_exit(run_local({"one_sided", memory}, size, with(kSmall, {transport})), 0);
+      }
+}
+
 TEST_CASE("matrix, processes over TCP, world sizes 2, 3, 4") {
   for (int size : {2, 3, 4}) {
     CAPTURE(size);

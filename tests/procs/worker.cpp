@@ -14,6 +14,7 @@
 //                   all_reduce, destroy (every other one aborted first); exit 0 when this
 //                   process's descriptors, threads, shared-memory files and pinned memory
 //                   (verbs registrations) are as before
+//   one_sided [mem_alloc|heap]: puts with signals around the ring into each rank's window
 // Output: one line per failure, then "rank R: ..." summaries.
 #include <chrono>
 #include <thread>
@@ -27,6 +28,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include <dcomm/comm/one_sided.hpp>
 
 #include "support/matrix.hpp"
 
@@ -69,6 +72,35 @@ int main(int argc, char** argv) {
     for (const auto& f : rep.failures) std::printf("FAIL %s\n", f.c_str());
     std::printf("rank %d: %d checks, %zu failures\n", c.rank(), rep.checked, rep.failures.size());
     return rep.failures.empty() && rep.checked > 0 ? 0 : 1;
+  }
+  // One-sided between processes: each rank puts into its right neighbour's window (mem_alloc
+  // memory, mapped; or heap, cross-memory attach: argv[2]) with a signal, three rounds.
+  if (mode == "one_sided") {
+    auto o = OneSided::create(c);
+    if (!o.ok()) return report("rank %d one_sided: %s\n", c.rank(), o.status().message().c_str()), 1;
+    const bool shared = argc > 2 && std::string(argv[2]) == "mem_alloc";
+    const size_t n = 300000;  // elements: 1.2 MB, several pages
+    std::vector<int32_t> heap(shared ? 0 : n), mine(n);
+    auto region = shared ? mem_alloc(n * sizeof(int32_t)) : Result<void*>(static_cast<void*>(heap.data()));
+    if (!region.ok()) return 1;
+    auto* window = static_cast<int32_t*>(*region);
+    auto id = (*o)->register_window(window, n * sizeof(int32_t));
+    const int right = (c.rank() + 1) % c.size(), left = (c.rank() + c.size() - 1) % c.size();
+    for (int round = 0; id.ok() && round < 3; ++round) {
+      for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int32_t>(c.rank() * 1000000 + round * 1000 + i % 1000);
+      Status s = (*o)->put(mine.data(), n * sizeof(int32_t), right, *id, 0, 1, 0);
+      if (s.ok()) s = (*o)->wait({{1, left, 1, 0}});
+      const int32_t want = static_cast<int32_t>(left * 1000000 + round * 1000 + (n - 1) % 1000);
+      if (!s.ok() || window[n - 1] != want || window[0] != left * 1000000 + round * 1000)
+        return report("rank %d one_sided round %d: %s (last %d, want %d)\n", c.rank(), round,
+                      s.ok() ? "wrong data" : s.message().c_str(), window[n - 1], want),
+               1;
+      c.barrier().ignore();  // the window is read before the next round overwrites it
+    }
+    if (!id.ok()) return report("rank %d: %s\n", c.rank(), id.status().message().c_str()), 1;
+    c.barrier().ignore();
+    if (shared) mem_free(window).ignore();
+    return 0;
   }
   if (mode == "quick") {
     std::vector<float> buf(1000, static_cast<float>(c.rank() + 1));

@@ -176,6 +176,7 @@ class Communicator {
   bool same_host(int r) const { return peer(r).rank >= 0 && peer(r).host_id == peer(rank_).host_id; }
   const char* transport_to(int r) const { return r < 0 || r >= size_ ? "none" : links_.transport_name(r); }
   const Config& config() const { return config_; }
+  const JobSecret& secret() const { return access_.secret; }  // what authenticates its connections
   // The deadline of every later wait (torch's setTimeout); between calls, never during one.
   void set_timeout(std::chrono::milliseconds timeout) { config_.timeout = timeout; }
   // The algorithm a collective of this shape runs here, and why (as DCOMM_DEBUG_SUBSYS=TUNING
