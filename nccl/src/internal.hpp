@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <dcomm/adapter/device_glue.hpp>
+#include <dcomm/comm/one_sided.hpp>
 #include <dcomm/dcomm.hpp>
 
 #include "nccl.h"
@@ -124,15 +125,19 @@ struct ncclComm {
   int cuda_device = -1;
   bool blocking = true;
   std::string name;
-  // ncclInProgress while being created, then ncclSuccess or why creation failed.
+  // ncclInProgress while being created (or while a non-blocking comm's call runs in the
+  // background), then ncclSuccess or why that failed.
   std::atomic<int> state{ncclInProgress};
   std::string state_error;
-  std::thread creator;  // a non-blocking creation
+  std::thread creator;               // a non-blocking creation, or call (memory.cpp's run_waiting)
+  const char* background = nullptr;  // that call's name; null: the creation
   std::mutex creator_mu;
   std::atomic<int> async{ncclSuccess};  // the first failure that ended the communicator
   std::atomic<int> in_calls{0};
   std::mutex mu;
-  std::vector<dcomm_nccl::PreMulSum> premul;  // op ncclNumOps + i
+  std::vector<dcomm_nccl::PreMulSum> premul;   // op ncclNumOps + i
+  int rma_contexts = 1;                        // ncclConfig_t.numRmaCtx
+  std::unique_ptr<dcomm::OneSided> one_sided;  // made by the first window on host memory
 
   ~ncclComm() {
     if (creator.joinable()) creator.join();
@@ -179,8 +184,13 @@ inline ncclResult_t check_comm(const ncclComm* c, const char* what) {
 inline ncclResult_t usable(ncclComm* c, const char* what) {
   if (ncclResult_t r = check_comm(c, what); r != ncclSuccess) return r;
   ncclResult_t r = ready(c);
-  if (r == ncclInProgress) return fail(ncclInternalError, what, ": the communicator's creation did not finish");
-  if (r != ncclSuccess) return fail(r, what, ": the communicator was not created: ", c->state_error);
+  if (r == ncclInProgress)
+    return fail(ncclInternalError, what, ": ", c->background ? c->background : "the communicator's creation",
+                " did not finish");
+  if (r != ncclSuccess)
+    return fail(r, what,
+                c->background ? ": the comm failed in a background call: " : ": the communicator was not created: ",
+                c->state_error);
   return ncclSuccess;
 }
 
@@ -211,6 +221,7 @@ struct Window {
   void* buff;
   size_t size;
   int flags;
+  int id = -1;  // the OneSided window; -1 for device memory
 };
 // The window behind `win`, or null (and the last error says why).
 inline Window* live_window(ncclWindow_t win, const char* what) {
@@ -234,6 +245,9 @@ extern thread_local Group t_group;
 
 // Runs the call now, or keeps it for the group's end (calls.cpp).
 ncclResult_t submit(ncclComm* c, Call k);
+// Runs `op` now on a blocking communicator, or on a thread of its own on a non-blocking one
+// (ncclInProgress; ncclCommGetAsyncError says when it ends) (memory.cpp).
+ncclResult_t run_waiting(ncclComm* c, const char* what, std::function<Status()> op);
 // Runs f(i) for i < n, each on its own thread when n > 1; the first failure (calls.cpp).
 ncclResult_t run_each(size_t n, const std::function<ncclResult_t(size_t)>& f);
 

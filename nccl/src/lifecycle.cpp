@@ -16,6 +16,7 @@ constexpr char kIdMagic[4] = {'d', 'c', 'n', '1'};
 struct Options {
   bool blocking = true;
   std::string name;
+  int rma_contexts = 1;  // numRmaCtx (2.30): the one-sided contexts
 };
 
 ncclResult_t read_config(const ncclConfig_t* config, Options* out) {
@@ -33,6 +34,11 @@ ncclResult_t read_config(const ncclConfig_t* config, Options* out) {
     out->blocking = c.blocking == 1;
   }
   if (size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && c.commName) out->name = c.commName;
+  if (size >= offsetof(ncclConfig_t, numRmaCtx) + sizeof(int) && c.numRmaCtx != NCCL_CONFIG_UNDEF_INT) {
+    if (c.numRmaCtx < 1 || c.numRmaCtx > 64)
+      return fail(ncclInvalidArgument, "ncclConfig_t.numRmaCtx is ", c.numRmaCtx, ", not 1 to 64");
+    out->rma_contexts = c.numRmaCtx;
+  }
   return ncclSuccess;
 }
 
@@ -69,6 +75,7 @@ ncclResult_t start_creation(ncclComm_t* out, const Options& opt, int device,
   auto* c = new ncclComm;
   c->blocking = opt.blocking;
   c->name = opt.name;
+  c->rma_contexts = opt.rma_contexts;
   c->cuda_device = device;
   *out = c;
   auto work = [c, create = std::move(create)] { finish_creation(c, create()); };
@@ -209,6 +216,7 @@ DCOMM_NCCL_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, 
     return fail(ncclInvalidArgument, "ncclCommSplit: color ", color, " is negative and not NCCL_SPLIT_NOCOLOR");
   Options opt;
   opt.blocking = comm->blocking;
+  opt.rma_contexts = comm->rma_contexts;
   if (ncclResult_t r = read_config(config, &opt); r != ncclSuccess) return r;
   auto split = [comm, color, key] {
     InCall in(comm);
@@ -353,7 +361,8 @@ DCOMM_NCCL_API ncclResult_t pncclCommQueryProperties(ncclComm_t comm, void* prop
   out.nRanks = comm->size();
   out.cudaDev = comm->cuda_device;
   out.nvmlDev = comm->cuda_device;
-  out.nLsaTeams = 0;  // no device API: no load/store-accessible teams to hand out
+  out.nLsaTeams = 0;          // no device API: no load/store-accessible teams to hand out
+  out.hostRmaSupport = true;  // ncclPutSignal/ncclSignal/ncclWaitSignal on host memory, within a host
   std::memcpy(props, &out, std::min(in->size, sizeof out));
   return ncclSuccess;
 }

@@ -59,7 +59,22 @@ DCOMM_NCCL_API ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff,
   if (winFlags & ~known)
     return fail(ncclInvalidArgument, "ncclCommWindowRegister: flags ", winFlags,
                 " hold bits that are not NCCL_WIN_* flags");
-  *win = reinterpret_cast<ncclWindow_t>(new Window{.comm = comm, .buff = buff, .size = size, .flags = winFlags});
+  // Collective, as NCCL's: on host memory every rank's part is recorded for one-sided access
+  // (the first window makes the signals, collectively too).
+  int id = -1;
+  if (!on_device(buff)) {
+    InCall in(comm);
+    if (!comm->one_sided) {
+      auto o = OneSided::create(*comm->host, comm->rma_contexts);
+      if (!o.ok()) return record(comm, o.status().with_context("ncclCommWindowRegister"));
+      comm->one_sided = std::move(*o);
+    }
+    auto made = comm->one_sided->register_window(buff, size);
+    if (!made.ok()) return record(comm, made.status().with_context("ncclCommWindowRegister"));
+    id = *made;
+  }
+  *win =
+      reinterpret_cast<ncclWindow_t>(new Window{.comm = comm, .buff = buff, .size = size, .flags = winFlags, .id = id});
   return ncclSuccess;
 }
 
@@ -68,6 +83,7 @@ DCOMM_NCCL_API ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindo
   Window* w = live_window(win, "ncclCommWindowDeregister");
   if (!w) return ncclInvalidArgument;
   if (w->comm != comm) return fail(ncclInvalidArgument, "ncclCommWindowDeregister: the window belongs to another comm");
+  if (w->id >= 0 && comm->one_sided) comm->one_sided->deregister_window(w->id);
   w->magic = 0;
   delete w;
   return ncclSuccess;
@@ -87,17 +103,17 @@ DCOMM_NCCL_API ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win
 // memory" reads as the communicator's own: suspendable, the FIFOs of the links made on first use
 // (shared memory, threads) and the scratch; persistent, the FIFOs of the TCP, UCX and verbs links
 // the proxy moves. A device communicator's arenas are not released (docs/nccl.md).
-namespace {
+namespace dcomm_nccl {
 
-// Runs `op` now on a blocking communicator; on a non-blocking one on a thread of its own,
-// answering ncclInProgress, and ncclCommGetAsyncError says when it has ended, as NCCL runs a
-// non-blocking communicator's calls that wait for peers. Later calls wait for it (usable()).
+// As NCCL runs a non-blocking communicator's calls that wait for peers; later calls wait for it
+// (usable()).
 ncclResult_t run_waiting(ncclComm* c, const char* what, std::function<Status()> op) {
   if (c->blocking) {
     InCall in(c);
     return record(c, op().with_context(what));
   }
   std::lock_guard<std::mutex> lock(c->creator_mu);
+  c->background = what;
   c->state.store(ncclInProgress);
   c->creator = std::thread([c, what, op = std::move(op)] {
     InCall in(c);
@@ -111,7 +127,7 @@ ncclResult_t run_waiting(ncclComm* c, const char* what, std::function<Status()> 
   return ncclInProgress;
 }
 
-}  // namespace
+}  // namespace dcomm_nccl
 
 DCOMM_NCCL_API ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
   if (ncclResult_t r = usable(comm, "ncclCommSuspend"); r != ncclSuccess) return r;

@@ -4,7 +4,8 @@
 // NCCL variables it honours; windows (the user pointer, this rank's device-API pointer, a
 // peer's refused by name); ncclCommQueryProperties written only as far as its size says; the
 // device API's teams; memory statistics; suspend and resume (blocking on two ranks, and
-// non-blocking); and the calls dcomm does not back yet answering ncclInvalidUsage by name.
+// non-blocking); a non-blocking call failing in the background; and the calls dcomm does not
+// back yet answering ncclInvalidUsage by name.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -160,28 +161,13 @@ void windows_and_device_api() {
         ncclGetLastError(nullptr));
   for (int r = 0; r < 2; ++r) {
     ncclComm_t c = comms[r];
-    ncclWindow_t win = nullptr;
-    CHECK(ncclCommWindowRegister(c, data[r].data(), 4096, &win, NCCL_WIN_STRICT_ORDERING) == ncclSuccess,
-          "register: %s", ncclGetLastError(nullptr));
-    void* p = nullptr;
-    CHECK(ncclWinGetUserPtr(c, win, &p) == ncclSuccess && p == data[r].data(), "rank %d: user pointer", r);
-    CHECK(ncclGetPeerDevicePointer(win, 16, r, &p) == ncclSuccess && p == reinterpret_cast<char*>(data[r].data()) + 16,
-          "rank %d: its own window's pointer", r);
-    CHECK(ncclGetLsaDevicePointer(win, 0, 0, &p) == ncclSuccess && p == data[r].data(), "rank %d: LSA rank 0", r);
-    CHECK(ncclGetPeerDevicePointer(win, 0, 1 - r, &p) == ncclInvalidUsage && p == nullptr && says("not mapped"),
-          "rank %d: a peer's pointer: %s", r, ncclGetLastError(nullptr));
-    CHECK(ncclGetPeerDevicePointer(win, 4097, r, &p) == ncclInvalidArgument && says("past the window"),
-          "an offset past the window");
-    CHECK(ncclCommWindowRegister(c, data[r].data(), 64, &win, 0x80) == ncclInvalidArgument, "unknown window flags");
-    CHECK(ncclCommWindowDeregister(c, win) == ncclSuccess, "deregister");
-
     Properties props{};
     props.size = sizeof props;
     props.magic = NCCL_API_MAGIC;
     props.version = NCCL_VERSION_CODE;
-    props.hostRmaSupport = true;
+    props.hostRmaSupport = false;
     CHECK(ncclCommQueryProperties(c, &props) == ncclSuccess && props.rank == r && props.nRanks == 2 &&
-              !props.deviceApiSupport && !props.hostRmaSupport && props.nLsaTeams == 0,
+              !props.deviceApiSupport && props.hostRmaSupport && props.nLsaTeams == 0,
           "rank %d: properties rank %d of %d", r, props.rank, props.nRanks);
     Properties shorter{};  // a caller whose struct ends after nRanks: nothing past it is written
     shorter.size = offsetof(Properties, cudaDev);
@@ -233,9 +219,58 @@ void windows_and_device_api() {
     });
   for (auto& t : ranks) t.join();
   // What dcomm does not back yet says so, by name.
-  CHECK(ncclPutSignal(data[0].data(), 4, ncclFloat32, 1, nullptr, 0, 0, 0, 0, comms[0], nullptr) == ncclInvalidUsage &&
-            says("ncclPutSignal"),
-        "put: %s", ncclGetLastError(nullptr));
+  CHECK(
+      ncclPutSignal(data[0].data(), 4, ncclFloat32, 1, nullptr, 0, 0, 0, 0, comms[0], nullptr) == ncclInvalidArgument &&
+          says("window"),
+      "put into no window: %s", ncclGetLastError(nullptr));
+  // One-sided: each rank puts 256 floats into the other's window at offset 1 KiB with signal 2,
+  // signals index 5 twice more, and waits for both from its peer.
+  std::vector<std::thread> pair;
+  for (int r = 0; r < 2; ++r)
+    pair.emplace_back([&, r] {
+      ncclComm_t c = comms[r];
+      std::vector<float> window(1024, 0.f), src(256, static_cast<float>(10 + r));
+      ncclWindow_t own = nullptr;
+      CHECK(ncclCommWindowRegister(c, data[r].data(), 4096, &own, NCCL_WIN_STRICT_ORDERING) == ncclSuccess,
+            "register: %s", ncclGetLastError(nullptr));
+      void* p = nullptr;
+      CHECK(ncclWinGetUserPtr(c, own, &p) == ncclSuccess && p == data[r].data(), "rank %d: user pointer", r);
+      CHECK(
+          ncclGetPeerDevicePointer(own, 16, r, &p) == ncclSuccess && p == reinterpret_cast<char*>(data[r].data()) + 16,
+          "rank %d: its own window's pointer", r);
+      CHECK(ncclGetLsaDevicePointer(own, 0, 0, &p) == ncclSuccess && p == data[r].data(), "rank %d: LSA rank 0", r);
+      CHECK(ncclGetPeerDevicePointer(own, 0, 1 - r, &p) == ncclInvalidUsage && p == nullptr && says("not mapped"),
+            "rank %d: a peer's pointer: %s", r, ncclGetLastError(nullptr));
+      CHECK(ncclGetPeerDevicePointer(own, 4097, r, &p) == ncclInvalidArgument && says("past the window"),
+            "an offset past the window");
+      CHECK(ncclCommWindowRegister(c, data[r].data(), 64, &own, 0x80) == ncclInvalidArgument, "unknown window flags");
+      CHECK(ncclCommWindowDeregister(c, own) == ncclSuccess, "deregister");
+
+      ncclWindow_t win = nullptr;
+      CHECK(ncclCommWindowRegister(c, window.data(), window.size() * sizeof(float), &win, 0) == ncclSuccess,
+            "register: %s", ncclGetLastError(c));
+      CHECK(ncclPutSignal(src.data(), 256, ncclFloat32, 1 - r, win, 1024, 2, 0, 0, c, nullptr) == ncclSuccess,
+            "put: %s", ncclGetLastError(nullptr));
+      CHECK(ncclSignal(1 - r, 5, 0, 0, c, nullptr) == ncclSuccess &&
+                ncclSignal(1 - r, 5, 0, 0, c, nullptr) == ncclSuccess,
+            "signal: %s", ncclGetLastError(nullptr));
+      ncclWaitSignalDesc_t want[2] = {{1, 1 - r, 2, 0}, {2, 1 - r, 5, 0}};
+      CHECK(ncclWaitSignal(2, want, c, nullptr) == ncclSuccess, "wait: %s", ncclGetLastError(nullptr));
+      CHECK(window[255] == 0.f && window[256] == static_cast<float>(11 - r) &&
+                window[511] == static_cast<float>(11 - r) && window[512] == 0.f,
+            "rank %d's window after the put: %g %g %g %g", r, window[255], window[256], window[511], window[512]);
+      CHECK(ncclPutSignal(src.data(), 256, ncclFloat32, 1 - r, win, 3073, 2, 0, 0, c, nullptr) == ncclInvalidArgument &&
+                says("past rank"),
+            "a put past the window: %s", ncclGetLastError(nullptr));
+      CHECK(ncclSignal(1 - r, 0, 1, 0, c, nullptr) == ncclInvalidArgument && says("contexts"), "context 1 of 1");
+      CHECK(ncclSignal(1 - r, 0, 0, 4, c, nullptr) == ncclInvalidArgument && says("reserved"), "flags");
+      ncclGroupStart();  // both ranks have read their windows before either goes
+      int token = 1;
+      ncclAllReduce(&token, &token, 1, ncclInt32, ncclSum, c, nullptr);
+      ncclGroupEnd();
+      CHECK(ncclCommWindowDeregister(c, win) == ncclSuccess, "deregister");
+    });
+  for (auto& t : pair) t.join();
   ncclUniqueId id;
   CHECK(ncclCommGetUniqueId(comms[0], &id) == ncclInvalidUsage && says("ncclCommGetUniqueId"), "comm unique id");
   ncclComm_t grown = comms[0];
@@ -245,10 +280,39 @@ void windows_and_device_api() {
 
 }  // namespace
 
+// A non-blocking comm's call that fails in the background (a wait for a signal that never
+// comes, under a 200 ms deadline): ncclCommGetAsyncError gives its result, and a later call
+// says the comm failed in a background call, with that call's reason.
+void background_failure() {
+  setenv("DCOMM_TIMEOUT_MS", "200", 1);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t c = single(&config);
+  unsetenv("DCOMM_TIMEOUT_MS");
+  ncclResult_t state = ncclInProgress;
+  while (c && state == ncclInProgress) ncclCommGetAsyncError(c, &state);
+  std::vector<float> window(64);
+  ncclWindow_t win = nullptr;
+  CHECK(c && ncclCommWindowRegister(c, window.data(), 256, &win, 0) == ncclSuccess, "register: %s",
+        ncclGetLastError(c));
+  ncclWaitSignalDesc_t never = {1, 0, 9, 0};
+  const ncclResult_t r = ncclWaitSignal(1, &never, c, nullptr);
+  CHECK(r == ncclInProgress, "a non-blocking wait: %d", static_cast<int>(r));
+  state = ncclInProgress;
+  while (state == ncclInProgress) ncclCommGetAsyncError(c, &state);
+  CHECK(state == ncclRemoteError, "the wait ended with %d", static_cast<int>(state));  // dcomm's timeouts
+  float x = 1;
+  CHECK(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, c, nullptr) != ncclSuccess &&
+            says("failed in a background call") && says("ncclWaitSignal") && says("0 of 1 signals"),
+        "a call after it: %s", ncclGetLastError(nullptr));
+  ncclCommDestroy(c);
+}
+
 int main() {
   version_and_configs();
   params();
   windows_and_device_api();
+  background_failure();
   std::printf(failures ? "FAILED: %d\n" : "ok\n", failures);
   return failures ? 1 : 0;
 }

@@ -167,6 +167,10 @@ def main():
             ("torch 2 hooks, 4 processes", lambda: torchrun(4, "hooks", script=TORCH2)),
             ("split and eager groups, 2-D mesh, 4 processes", lambda: torchrun(4, "groups", script=TORCH2)),
             ("abort() on one rank, 3 processes", lambda: torchrun(3, "abort", script=TORCH2)),
+            *([("one-sided windows, 3 processes", lambda: torchrun(3, "window", script=TORCH2)),
+               ("one-sided windows over TCP (the wire), 3 processes",
+                lambda: torchrun(3, "window", script=TORCH2, env={"DCOMM_TRANSPORT": "tcp"}))]
+              if hasattr(__import__("torch").distributed.distributed_c10d, "_new_window") else []),
             ("collectives under TORCH_DISTRIBUTED_DEBUG=DETAIL, 2 processes",
              lambda: torchrun(2, "collectives", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})),
             ("docs/pytorch.md's FSDP2 + DeviceMesh example, 4 processes", docs_example),

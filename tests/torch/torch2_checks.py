@@ -6,6 +6,8 @@ build on it, one rank of a check (tests/torch/run_checks.py starts the ranks und
     torch2_checks.py groups             eager init, split_group, new_group / new_subgroups / DeviceMesh
                                         made by splitting the parent; what each group costs
     torch2_checks.py abort              abort(): every rank's call ends, abort hooks run, getError
+    torch2_checks.py window             one-sided windows (torch 2.15): put, signal, wait_signal around
+                                        the ring, map_remote_tensor of allocate_tensor memory
     torch2_checks.py parallel BACKEND OUT   FSDP2, DTensor on a 2-D mesh, tensor parallelism, functional
                                         collectives (eager, aot_eager, inductor), DDP static_graph,
                                         comm hooks and join(); every result saved to OUT for the
@@ -147,6 +149,62 @@ def check_hooks():
     dist.barrier()
 
 
+# ---- one-sided windows (torch 2.15) ------------------------------------------------------------
+
+
+def check_window():
+    rank, world = dist.get_rank(), dist.get_world_size()
+    c10d = dist.distributed_c10d
+    check(c10d._supports_window(), "the dcomm group does not say it supports windows")
+    right, left = (rank + 1) % world, (rank - 1) % world
+    # A window over memory from the backend's allocator: peers can map it.
+    be = backend_of()
+    buf = be.allocate_tensor(4096, dtype=torch.float32, device=torch.device("cpu"))
+    buf.fill_(-1.0)
+    win = c10d._new_window(buf)
+    for rnd in range(3):
+        # Into the right neighbour's window at element 1000 * rnd, then a signal; wait for the left's.
+        win.put(torch.full((1000,), float(rank * 10 + rnd)), right, 1000 * rnd, False)
+        win.signal(right, False)
+        win.wait_signal(left, False)
+        got = buf[1000 * rnd:1000 * (rnd + 1)]
+        check(torch.equal(got, torch.full((1000,), float(left * 10 + rnd))),
+              f"round {rnd}: window holds {got[:3].tolist()}..., want {left * 10 + rnd}")
+    check(buf[3000].item() == -1.0, "a put ran past its 1000 elements")
+    # async: the Work completes; map_remote_tensor sees the right neighbour's window.
+    w = win.put(torch.full((96,), float(100 + rank)), right, 4000, True)
+    w.wait()
+    win.signal(right, True).wait()
+    win.wait_signal(left, True).wait()
+    check(buf[4000].item() == float(100 + left), f"async put: {buf[4000].item()}")
+    if os.environ.get("DCOMM_TRANSPORT") == "tcp":  # puts went over the wire: nothing to map
+        raises(lambda: win.map_remote_tensor(right), ["reached over TCP"], "map_remote_tensor over TCP")
+    else:
+        theirs = win.map_remote_tensor(right)
+        check(theirs.shape == (4096,) and theirs[4000].item() == float(100 + rank),
+              f"map_remote_tensor({right}): {tuple(theirs.shape)} "
+              f"{theirs[4000].item() if theirs.numel() > 4000 else None}")
+    check(str(win.get_attr(right).access_type).endswith("UNIFIED"), f"get_attr: {win.get_attr(right).access_type}")
+    raises(lambda: win.put(torch.ones(10), right, 4090, False), ["past rank"], "a put past the window")
+    raises(lambda: win.put(torch.ones(10, dtype=torch.float64), right, 0, False), ["Double", "Float"],
+           "a put of another dtype")
+    dist.barrier()
+    win.tensor_deregister()
+    raises(lambda: win.put(torch.ones(1), right, 0, False), ["tensor_register"], "a put after tensor_deregister")
+    # A window over ordinary memory: puts go by cross-memory attach (or the wire); its peers
+    # cannot be mapped.
+    plain = torch.zeros(64)
+    win2 = c10d._new_window()
+    win2.tensor_register(plain)
+    win2.put(torch.full((64,), float(rank + 1)), right, 0, False)
+    win2.signal(right, False)
+    win2.wait_signal(left, False)
+    check(torch.equal(plain, torch.full((64,), float(left + 1))), f"heap window: {plain[:3].tolist()}")
+    if world > 1:
+        raises(lambda: win2.map_remote_tensor(right), ["cannot be mapped"], "map_remote_tensor of heap memory")
+    dist.barrier()
+
+
 # ---- groups -----------------------------------------------------------------------------------
 
 
@@ -247,6 +305,8 @@ def main():
         check_groups()
     elif what == "abort":
         check_abort()
+    elif what == "window":
+        check_window()
     print(f"rank {dist.get_rank()}: {what}: {len(failures)} failures", flush=True)
     dist.barrier()
     dist.destroy_process_group()

@@ -2,7 +2,7 @@
 # The torch 2.x side of dcomm_torch (a c10d::Backend, the CUDA path) compiled against a torch 2
 # wheel's headers, since this machine runs Debian's torch 1.13: the CPU build of every C++
 # source and module.cpp's CUDA build (-fsyntax-only; nothing here can load them), and the CUDA
-# build's sources that need no Python (process_group.cpp, backend_hooks.cpp, cuda_path.cpp, device_glue.cu)
+# build's sources that need no Python (process_group.cpp, backend_hooks.cpp, window.cpp, cuda_path.cpp, device_glue.cu)
 # compiled for real (sm_90) into $cache/libdcomm_torch_core.a: the GPU check's prebuilt core
 # (scripts/gpu-check.sh --build-only), so the GPU machine compiles only module.cpp. The archive
 # is reused while the sources and the torch version are unchanged (a stamp of their hash).
@@ -54,7 +54,7 @@ core="$cache/libdcomm_torch_core.a"
 core_fresh=0
 [ -f "$core" ] && [ "$(cat "$core.stamp" 2>/dev/null)" = "$stamp" ] && core_fresh=1
 if ((!archive_only)); then
-  for f in module.cpp process_group.cpp backend_hooks.cpp; do
+  for f in module.cpp process_group.cpp backend_hooks.cpp window.cpp; do
     check "torch $version CPU build: $f" g++ "${flags[@]}" "$csrc/$f"
   done
 fi
@@ -66,7 +66,7 @@ if ((have_cuda)); then
   done
   ((archive_only)) || check "torch $version CUDA build: module.cpp" g++ "${flags[@]}" -DDCOMM_TORCH_CUDA=1 -I/usr/local/cuda/include "$csrc/module.cpp"
   if ((!core_fresh)); then
-    for f in process_group backend_hooks cuda_path; do
+    for f in process_group backend_hooks window cuda_path; do
       check "torch $version CUDA build: $f.cpp (object)" g++ "${cuda_flags[@]}" -O3 -g0 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 \
         -c "$csrc/$f.cpp" -o "$cache/$f.o"
     done
@@ -83,7 +83,7 @@ for i in "${!labels[@]}"; do
   if wait "${pids[$i]}"; then echo "ok    ${labels[$i]}"; else echo "FAIL  ${labels[$i]}"; cat "$cache/out.$i.txt"; fail=1; fi
 done
 if ((have_cuda)) && ((!core_fresh)) && ((!fail)); then
-  rm -f "$core" && ar rcs "$core" "$cache/process_group.o" "$cache/backend_hooks.o" "$cache/cuda_path.o" "$cache/device_glue.o"
+  rm -f "$core" && ar rcs "$core" "$cache/process_group.o" "$cache/backend_hooks.o" "$cache/window.o" "$cache/cuda_path.o" "$cache/device_glue.o"
   echo "$stamp" >"$core.stamp"
   echo "ok    core archive: $core ($(du -h "$core" | cut -f1))"
 fi

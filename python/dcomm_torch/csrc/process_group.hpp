@@ -221,6 +221,8 @@ class ProcessGroupDcomm : public BackendBase {
   bool supportsCompletionHooks() const override { return true; }
   void registerCompletionHook(int64_t id, c10d::CompletionHook hook) override;
   void unregisterCompletionHook(int64_t id) override;
+  bool supportsWindow() const override { return true; }  // window.cpp
+  c10::intrusive_ptr<c10d::Window> new_window(const std::optional<at::Tensor>& tensor) override;
 #endif
 #endif
 
@@ -230,6 +232,7 @@ class ProcessGroupDcomm : public BackendBase {
 
  private:
   friend class CudaPath;
+  friend class DcommWindow;
   using Job = std::function<dcomm::Status()>;
 
   // Queues `job` (run in call order); outputs are what the Work's result and future hold.
