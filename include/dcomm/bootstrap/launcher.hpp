@@ -120,9 +120,7 @@ inline Result<std::string> advertised_ip() {
   }
   return found;
 }
-}  // namespace detail
 
-namespace detail {
 // A nonce as 16 hex digits: in unique ids and communicators' key prefixes.
 inline std::string hex16(uint64_t v) {
   char buf[17];
