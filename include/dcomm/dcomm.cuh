@@ -3,6 +3,7 @@
 //   dcomm::DeviceCommunicator   collectives and send/recv on device memory, stream-ordered
 //   dcomm::reduce_on_device     the reduction kernels (every type and op, fp8 included)
 //   dcomm::copy_on_device
+//   dcomm::DeviceOneSided       one-sided windows on device memory (put, signal, wait, peer pointers)
 //
 //   auto host = dcomm::Communicator::from_env();
 //   auto dev = dcomm::DeviceCommunicator::create(**host, local_gpu);
@@ -15,4 +16,5 @@
 
 #include "dcomm/dcomm.hpp"
 #include "dcomm/comm/device_comm.cuh"
+#include "dcomm/comm/device_one_sided.cuh"
 #include "dcomm/reduce/kernels.cuh"

@@ -1,7 +1,7 @@
 // The CUDA device path on a real GPU (ctest label `gpu`): the reduction kernels against the
 // host reducer, every collective on device memory with threads and with processes sharing one
 // GPU (device memory and CUDA IPC; pinned host memory with DCOMM_CUDA_P2P_DISABLE=1), groups,
-// CUDA graph capture, abort and deadline, bad arguments. Without a device it prints why and
+// CUDA graph capture, abort and deadline, bad arguments, one-sided windows on device memory. Without a device it prints why and
 // exits 77, which ctest counts as skipped.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -559,6 +559,99 @@ TEST_CASE("the staged path (ranks on other hosts) from two streams, processes") 
   run_processes("--gpu-staged-worker", 2, {"DCOMM_TEST_RANKS_PER_HOST=1"}, std::chrono::seconds(25));
 }
 
+// One-sided windows on device memory around the ring: each rank puts into its right
+// neighbour's window (a part at an offset into a larger cudaMalloc allocation, so the shared
+// handle is the allocation's and the offset is carried) with a signal, waits on its stream for
+// its left neighbour's, and checks the data; its pointer to the right neighbour's window reads
+// what it put there. Threads or processes (CUDA IPC) on one GPU. "" when all is well.
+std::string device_one_sided_ring(Communicator& c) {
+  cudaSetDevice(0);
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return "cudaStreamCreate failed";
+  auto o = DeviceOneSided::create(c, 0, 2);
+  if (!o.ok()) return o.status().message();
+  const size_t n = 1 << 18;  // floats a round
+  std::vector<std::string> bad;
+  {
+    DeviceBuf<float> block(4 * n + 1024), mine(n);
+    float* window = block.p + 256;  // 1 KiB into its allocation
+    auto id = (*o)->register_window(window, 3 * n * sizeof(float));
+    if (!id.ok()) return id.status().message();
+    const int right = (c.rank() + 1) % c.size(), left = (c.rank() + c.size() - 1) % c.size();
+    for (int round = 0; round < 3 && bad.empty(); ++round) {
+      std::vector<float> v(n);
+      for (size_t i = 0; i < n; ++i)
+        v[i] = static_cast<float>(c.rank() * 1000 + round * 10) + static_cast<float>(i % 7);
+      mine.put(v, s);
+      Status st =
+          (*o)->put(mine.p, n * sizeof(float), right, *id, static_cast<size_t>(round) * n * sizeof(float), 4, 1, s);
+      if (st.ok()) st = (*o)->wait({{1, left, 4, 1}}, s);
+      if (!st.ok()) return detail::cat("round ", round, ": ", st.message());
+      DeviceBuf<float> view(window);
+      auto got = view.get(n, s, static_cast<size_t>(round) * n);
+      for (size_t i = 0; i < n && bad.empty(); i += 997)
+        if (got[i] != static_cast<float>(left * 1000 + round * 10) + static_cast<float>(i % 7))
+          bad.push_back(detail::cat("round ", round, ": element ", i, " is ", got[i]));
+      // What this rank put, read back through its pointer to the right neighbour's window.
+      auto* there = static_cast<float*>((*o)->peer_pointer(right, *id, static_cast<size_t>(round) * n * sizeof(float)));
+      float first = -1;
+      if (!there) bad.push_back("no pointer to the right neighbour's window");
+      else if (cudaMemcpy(&first, there, sizeof first, cudaMemcpyDefault) != cudaSuccess ||
+               first != static_cast<float>(c.rank() * 1000 + round * 10))
+        bad.push_back(detail::cat("round ", round, ": the peer pointer reads ", first));
+      c.barrier().ignore();  // every rank has read before the next round's puts land
+    }
+    if ((*o)->peer_pointer(right, *id, 3 * n * sizeof(float))) bad.push_back("a peer pointer past the window");
+    if ((*o)->put(mine.p, 8, right, *id, 3 * n * sizeof(float) - 4, -1, 0, s).ok())
+      bad.push_back("a put past the window");
+    cudaStreamSynchronize(s);
+    c.barrier().ignore();
+  }
+  o->reset();
+  cudaStreamDestroy(s);
+  return bad.empty() ? "" : bad.front();
+}
+
+TEST_CASE("one-sided windows on device memory: put, signal, wait and peer pointers, threads sharing one GPU") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    auto comms = Communicator::create_local(n, test_config());
+    REQUIRE(comms.ok());
+    std::vector<std::string> failed(static_cast<size_t>(n));
+    on_ranks(*comms, [&](Communicator& c) { failed[static_cast<size_t>(c.rank())] = device_one_sided_ring(c); });
+    for (int r = 0; r < n; ++r)
+      CHECK_MESSAGE(failed[static_cast<size_t>(r)].empty(), "rank ", r, ": ", failed[static_cast<size_t>(r)]);
+  }
+}
+
+TEST_CASE("one-sided windows on device memory: a wait for a signal that never comes ends at the deadline, naming it") {
+  auto comms = Communicator::create_local(2, test_config(TransportChoice::kAuto, std::chrono::milliseconds(300)));
+  REQUIRE(comms.ok());
+  std::vector<std::string> messages(2);
+  on_ranks(*comms, [&](Communicator& c) {
+    cudaSetDevice(0);
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    auto o = DeviceOneSided::create(c, 0);
+    if (!o.ok()) return void(messages[static_cast<size_t>(c.rank())] = "create: " + o.status().message());
+    if (c.rank() == 0) {
+      Status st = (*o)->wait({{1, 1, 7, 0}}, s);  // rank 1 never signals
+      cudaStreamSynchronize(s);                   // returns: the kernel gave up
+      messages[0] = st.ok() ? (*o)->error().message() : "enqueue: " + st.message();
+    }
+    c.barrier().ignore();
+    o->reset();
+    cudaStreamDestroy(s);
+  });
+  CHECK_MESSAGE(messages[0].find("rank 1") != std::string::npos, messages[0]);
+  CHECK_MESSAGE(messages[0].find("index 7") != std::string::npos, messages[0]);
+  CHECK_MESSAGE(messages[1].empty(), messages[1]);
+}
+
+TEST_CASE("one-sided windows on device memory: processes sharing one GPU through CUDA IPC") {
+  run_processes("--gpu-one-sided-worker", 2, {}, std::chrono::seconds(20));
+}
+
 // Last: the slowest case (both sizes inside the GPU check's 60 s cap for it).
 TEST_CASE("collectives on device memory: processes sharing one GPU through CUDA IPC") {
   for (int n : {2, 3}) {
@@ -586,6 +679,13 @@ int main(int argc, char** argv) {
     if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().message().c_str()), 2;
     std::string failed =
         with_device(**c, [](DeviceCommunicator& d, cudaStream_t s, int) { return device_matrix(d, s, true); });
+    if (!failed.empty()) std::fprintf(stderr, "rank %d: %s\n", (*c)->rank(), failed.c_str());
+    return failed.empty() ? 0 : 1;
+  }
+  if (argc > 1 && std::string(argv[1]) == "--gpu-one-sided-worker") {  // one rank of the one-sided test
+    auto c = Communicator::from_env();
+    if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().message().c_str()), 2;
+    std::string failed = device_one_sided_ring(**c);
     if (!failed.empty()) std::fprintf(stderr, "rank %d: %s\n", (*c)->rank(), failed.c_str());
     return failed.empty() ? 0 : 1;
   }

@@ -5,7 +5,10 @@
 // exactly one .cu file of the binary.
 #pragma once
 
+#include <vector>
+
 #include "dcomm/comm/communicator.hpp"
+#include "dcomm/comm/one_sided.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 namespace adapter {
@@ -41,6 +44,19 @@ void device_abort(DeviceHandle* d, const std::string& why);
 Result<void*> device_scratch(DeviceHandle* d, size_t bytes, void* stream);
 Status device_scale(void* dst, const void* src, size_t count, DataType type, const void* factor, bool factor_on_device,
                     void* stream);
+
+// One-sided windows on device memory (comm/device_one_sided.cuh), stream-ordered.
+struct DeviceWindows;                                                                        // a DeviceOneSided
+Result<DeviceWindows*> device_windows_create(Communicator& host, int device, int contexts);  // collective
+void device_windows_destroy(DeviceWindows* w);                                               // collective too
+Result<int> device_window_register(DeviceWindows* w, void* buf, size_t bytes);               // collective
+void device_window_deregister(DeviceWindows* w, int id);
+void* device_window_peer_pointer(DeviceWindows* w, int peer, int id, size_t offset);  // null: not reachable
+Status device_put(DeviceWindows* w, const void* src, size_t bytes, int peer, int id, size_t offset, int signal,
+                  int context, void* stream);
+Status device_signal(DeviceWindows* w, int peer, int signal, int context, void* stream);
+Status device_wait_signals(DeviceWindows* w, const std::vector<OneSided::WaitFor>& what, void* stream);
+Status device_windows_error(DeviceWindows* w);  // a wait that ended at its deadline
 
 }  // namespace adapter
 DCOMM_NAMESPACE_END

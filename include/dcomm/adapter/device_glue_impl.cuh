@@ -61,5 +61,33 @@ Status device_scale(void* dst, const void* src, size_t count, DataType type, con
   return scale_on_device(dst, src, count, type, factor, factor_on_device, as_stream(stream));
 }
 
+struct DeviceWindows {
+  std::unique_ptr<DeviceOneSided> one;
+};
+Result<DeviceWindows*> device_windows_create(Communicator& host, int device, int contexts) {
+  auto o = DeviceOneSided::create(host, device, contexts);
+  if (!o.ok()) return o.status();
+  return new DeviceWindows{std::move(*o)};
+}
+void device_windows_destroy(DeviceWindows* w) { delete w; }
+Result<int> device_window_register(DeviceWindows* w, void* buf, size_t bytes) {
+  return w->one->register_window(buf, bytes);
+}
+void device_window_deregister(DeviceWindows* w, int id) { w->one->deregister_window(id); }
+void* device_window_peer_pointer(DeviceWindows* w, int peer, int id, size_t offset) {
+  return w->one->peer_pointer(peer, id, offset);
+}
+Status device_put(DeviceWindows* w, const void* src, size_t bytes, int peer, int id, size_t offset, int signal,
+                  int context, void* stream) {
+  return w->one->put(src, bytes, peer, id, offset, signal, context, as_stream(stream));
+}
+Status device_signal(DeviceWindows* w, int peer, int signal, int context, void* stream) {
+  return w->one->signal(peer, signal, context, as_stream(stream));
+}
+Status device_wait_signals(DeviceWindows* w, const std::vector<OneSided::WaitFor>& what, void* stream) {
+  return w->one->wait(what, as_stream(stream));
+}
+Status device_windows_error(DeviceWindows* w) { return w->one->error(); }
+
 }  // namespace adapter
 DCOMM_NAMESPACE_END
