@@ -115,7 +115,7 @@ build() {
   rm -rf "$BIN" && mkdir -p "$BIN/lib"
   [ -n "$keep_torch" ] && mv "$keep_torch/torch" "$BIN/" && rmdir "$keep_torch"
   local t built=()
-  for t in test_gpu dcomm-bench dcomm-micro-kernel_bench dcomm_nccl nccl_local_test; do
+  for t in test_gpu dcomm-bench dcomm-micro-kernel_bench dcomm_nccl nccl_local_test nccl_api_2_30_test; do
     if cmake --build "$build" --target "$t" -j "$(nproc)" >"$build/build-$t.log" 2>&1; then
       built+=("$t")
     else
@@ -243,9 +243,15 @@ done <"$CS_WORK/order.txt"
 
 # 3. dcomm's libnccl.so.2 on device memory: 2 ranks on the GPU through the NCCL API (every
 # collective, PreMulSum with a device scalar, one group of in-place all-to-all and PreMulSum,
-# a CUDA graph replayed).
+# a CUDA graph replayed; then NCCL 2.30's windows on device memory: put, signal, wait, peer
+# pointers).
 if [ -x "$BIN/nccl_local_test" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
   step nccl_device 45 10 "$BIN/nccl_local_test" device
+  if [ -x "$BIN/nccl_api_2_30_test" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
+    step nccl_device_windows 30 10 "$BIN/nccl_api_2_30_test" device
+  else
+    cs_record nccl_device_windows skipped 0 "nccl_api_2_30_test was not built"
+  fi
 else
   cs_record nccl_device skipped 0 "dcomm's libnccl.so.2 or nccl_local_test was not built"
 fi

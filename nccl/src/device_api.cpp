@@ -1,8 +1,9 @@
 // dcomm's libnccl.so.2: the device API's host functions (nccl_device/*.h). dcomm has no NCCL
 // device API (device-side communicators, GIN, multimem), so a program that needs one gets
 // ncclInvalidUsage with the reason; what the host can answer truly, it answers: the teams of a
-// communicator and this rank's own window pointer. Load/store access reaches this rank only
-// (no peer's memory is mapped here), so the LSA team is this rank and the rail team the world.
+// communicator, this rank's own window pointer, and a peer's where dcomm mapped it (a window on
+// device memory, between GPUs that share memory: comm/device_one_sided.cuh). The LSA team is
+// this rank and the rail team the world (NCCL's load/store teams need the device API).
 // docs/nccl.md lists each function and what it answers.
 #include "internal.hpp"
 
@@ -27,7 +28,7 @@ int world_of(const ncclComm* comm, Team team, int rank) {
 
 bool live(const ncclComm* comm) { return comm && comm->magic == kCommMagic && comm->host; }
 
-// A pointer into `window` for `rank`: this rank's own memory; a peer's is not mapped here.
+// A pointer into `window` for `rank`: this rank's own memory, or a peer's that dcomm mapped.
 ncclResult_t window_pointer(const char* what, ncclWindow_t window, size_t offset, int rank, void** out) {
   if (!out) return fail(ncclInvalidArgument, what, ": outPtr is NULL");
   *out = nullptr;
@@ -35,9 +36,14 @@ ncclResult_t window_pointer(const char* what, ncclWindow_t window, size_t offset
   if (!w) return ncclInvalidArgument;
   if (offset > w->size)
     return fail(ncclInvalidArgument, what, ": offset ", offset, " is past the window's ", w->size, " bytes");
+  if (rank != w->comm->rank() && w->device_id >= 0) {
+    *out = dcomm::adapter::device_window_peer_pointer(w->comm->device_windows, rank, w->device_id, offset);
+    if (*out) return ncclSuccess;
+  }
   if (rank != w->comm->rank())
     return fail(ncclInvalidUsage, what, ": rank ", rank, "'s window is not mapped on rank ", w->comm->rank(),
-                " (dcomm maps no peer memory for the device API)");
+                w->device_id >= 0 ? " (another host, no peer access, or past its part)"
+                                  : " (dcomm maps peers' windows on device memory only)");
   *out = static_cast<char*>(w->buff) + offset;
   return ncclSuccess;
 }

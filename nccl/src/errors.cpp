@@ -72,6 +72,7 @@ DCOMM_NCCL_API ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t
   }
   if (comm->device && comm->async.load() == ncclSuccess) {
     dcomm::Status s = dcomm::adapter::device_error(comm->device);
+    if (s.ok() && comm->device_windows) s = dcomm::adapter::device_windows_error(comm->device_windows);
     if (!s.ok()) record(comm, s);
   }
   *asyncError = static_cast<ncclResult_t>(comm->async.load());

@@ -135,12 +135,16 @@ struct ncclComm {
   std::atomic<int> async{ncclSuccess};  // the first failure that ended the communicator
   std::atomic<int> in_calls{0};
   std::mutex mu;
-  std::vector<dcomm_nccl::PreMulSum> premul;   // op ncclNumOps + i
-  int rma_contexts = 1;                        // ncclConfig_t.numRmaCtx
-  std::unique_ptr<dcomm::OneSided> one_sided;  // made by the first window on host memory
+  std::vector<dcomm_nccl::PreMulSum> premul;                // op ncclNumOps + i
+  int rma_contexts = 1;                                     // ncclConfig_t.numRmaCtx
+  std::unique_ptr<dcomm::OneSided> one_sided;               // made by the first window on host memory
+  dcomm::adapter::DeviceWindows* device_windows = nullptr;  // by the first on device memory
 
   ~ncclComm() {
     if (creator.joinable()) creator.join();
+    // Before the host communicator they use (the wire's thread reads its settings).
+    if (device_windows) dcomm::adapter::device_windows_destroy(device_windows);
+    one_sided.reset();
     if (device) dcomm::adapter::device_destroy(device);
     host.reset();
     magic = 0;
@@ -221,7 +225,8 @@ struct Window {
   void* buff;
   size_t size;
   int flags;
-  int id = -1;  // the OneSided window; -1 for device memory
+  int id = -1;         // the OneSided window (host memory); -1 for device memory
+  int device_id = -1;  // the DeviceOneSided window (device memory, on a comm with a device)
 };
 // The window behind `win`, or null (and the last error says why).
 inline Window* live_window(ncclWindow_t win, const char* what) {

@@ -59,10 +59,21 @@ DCOMM_NCCL_API ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff,
   if (winFlags & ~known)
     return fail(ncclInvalidArgument, "ncclCommWindowRegister: flags ", winFlags,
                 " hold bits that are not NCCL_WIN_* flags");
-  // Collective, as NCCL's: on host memory every rank's part is recorded for one-sided access
-  // (the first window makes the signals, collectively too).
-  int id = -1;
-  if (!on_device(buff)) {
+  // Collective, as NCCL's: every rank's part is recorded for one-sided access, on host memory
+  // by OneSided, on device memory by DeviceOneSided (the first window of each kind makes its
+  // signals, collectively too).
+  int id = -1, device_id = -1;
+  if (on_device(buff) && comm->device) {
+    InCall in(comm);
+    if (!comm->device_windows) {
+      auto d = dcomm::adapter::device_windows_create(*comm->host, comm->cuda_device, comm->rma_contexts);
+      if (!d.ok()) return record(comm, d.status().with_context("ncclCommWindowRegister"));
+      comm->device_windows = *d;
+    }
+    auto made = dcomm::adapter::device_window_register(comm->device_windows, buff, size);
+    if (!made.ok()) return record(comm, made.status().with_context("ncclCommWindowRegister"));
+    device_id = *made;
+  } else if (!on_device(buff)) {
     InCall in(comm);
     if (!comm->one_sided) {
       auto o = OneSided::create(*comm->host, comm->rma_contexts);
@@ -73,8 +84,8 @@ DCOMM_NCCL_API ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff,
     if (!made.ok()) return record(comm, made.status().with_context("ncclCommWindowRegister"));
     id = *made;
   }
-  *win =
-      reinterpret_cast<ncclWindow_t>(new Window{.comm = comm, .buff = buff, .size = size, .flags = winFlags, .id = id});
+  *win = reinterpret_cast<ncclWindow_t>(
+      new Window{.comm = comm, .buff = buff, .size = size, .flags = winFlags, .id = id, .device_id = device_id});
   return ncclSuccess;
 }
 
@@ -84,6 +95,7 @@ DCOMM_NCCL_API ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindo
   if (!w) return ncclInvalidArgument;
   if (w->comm != comm) return fail(ncclInvalidArgument, "ncclCommWindowDeregister: the window belongs to another comm");
   if (w->id >= 0 && comm->one_sided) comm->one_sided->deregister_window(w->id);
+  if (w->device_id >= 0) dcomm::adapter::device_window_deregister(comm->device_windows, w->device_id);
   w->magic = 0;
   delete w;
   return ncclSuccess;

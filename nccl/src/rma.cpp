@@ -1,9 +1,13 @@
 // dcomm's libnccl.so.2: one-sided put, signal and wait on windows (NCCL 2.30), over dcomm's
-// OneSided (comm/one_sided.hpp), on host memory: directly within a host, over a TCP socket of
-// its own to other hosts. A put is complete when it returns (the stream is not used, as with
-// every call on host memory); a wait returns once the signals have come, or fails at the
-// communicator's deadline naming the peer. Windows on device memory are refused by name
-// (docs/nccl.md).
+// - on host memory, OneSided (comm/one_sided.hpp): directly within a host, over a TCP socket of
+//   its own to other hosts. A put is complete when it returns (the stream is not used, as with
+//   every call on host memory); a wait returns once the signals have come, or fails at the
+//   communicator's deadline naming the peer.
+// - on device memory, DeviceOneSided (comm/device_one_sided.cuh): between GPUs that share
+//   memory, on the stream (a copy, then a signal kernel; a wait kernel); a wait that ends at the
+//   deadline is reported by ncclCommGetAsyncError.
+// ncclSignal and ncclWaitSignal, which name no window, use the device signals once the comm has
+// a window on device memory, the host's otherwise (docs/nccl.md).
 #include "internal.hpp"
 
 using namespace dcomm_nccl;
@@ -27,7 +31,7 @@ ncclResult_t reserved_flags(unsigned int flags, const char* what) {
 
 DCOMM_NCCL_API ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
                                            ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
-                                           unsigned int flags, ncclComm_t comm, cudaStream_t) {
+                                           unsigned int flags, ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t r = usable(comm, "ncclPutSignal"); r != ncclSuccess) return r;
   if (ncclResult_t r = reserved_flags(flags, "ncclPutSignal"); r != ncclSuccess) return r;
   auto type = to_dcomm(datatype);
@@ -37,9 +41,17 @@ DCOMM_NCCL_API ncclResult_t pncclPutSignal(const void* localbuff, size_t count, 
   Window* w = live_window(peerWin, "ncclPutSignal");
   if (!w) return ncclInvalidArgument;
   if (w->comm != comm) return fail(ncclInvalidArgument, "ncclPutSignal: the window belongs to another comm");
-  if (w->id < 0)
-    return fail(ncclInvalidUsage, "ncclPutSignal: the window is on device memory; dcomm puts into host memory only");
   if (count > 0 && !localbuff) return fail(ncclInvalidArgument, "ncclPutSignal: localbuff is NULL (count ", count, ")");
+  if (w->device_id >= 0) {
+    InCall in(comm);
+    return record(comm, dcomm::adapter::device_put(comm->device_windows, localbuff, count * size_of(*type), peer,
+                                                   w->device_id, peerWinOffset, sigIdx, ctx, stream)
+                            .with_context("ncclPutSignal"));
+  }
+  if (w->id < 0)
+    return fail(ncclInvalidUsage,
+                "ncclPutSignal: the window is on device memory of a comm without a GPU; dcomm puts into host memory "
+                "there");
   OneSided* o = one_sided(comm, "ncclPutSignal");
   if (!o) return ncclInvalidUsage;
   InCall in(comm);
@@ -49,9 +61,15 @@ DCOMM_NCCL_API ncclResult_t pncclPutSignal(const void* localbuff, size_t count, 
 }
 
 DCOMM_NCCL_API ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
-                                        cudaStream_t) {
+                                        cudaStream_t stream) {
   if (ncclResult_t r = usable(comm, "ncclSignal"); r != ncclSuccess) return r;
   if (ncclResult_t r = reserved_flags(flags, "ncclSignal"); r != ncclSuccess) return r;
+  if (comm->device_windows) {
+    InCall in(comm);
+    return record(
+        comm,
+        dcomm::adapter::device_signal(comm->device_windows, peer, sigIdx, ctx, stream).with_context("ncclSignal"));
+  }
   OneSided* o = one_sided(comm, "ncclSignal");
   if (!o) return ncclInvalidUsage;
   InCall in(comm);
@@ -59,15 +77,20 @@ DCOMM_NCCL_API ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned 
 }
 
 DCOMM_NCCL_API ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
-                                            cudaStream_t) {
+                                            cudaStream_t stream) {
   if (ncclResult_t r = usable(comm, "ncclWaitSignal"); r != ncclSuccess) return r;
   if (nDesc < 0 || (nDesc > 0 && !signalDescs))
     return fail(ncclInvalidArgument, "ncclWaitSignal: ", nDesc, " descriptors at ", static_cast<void*>(signalDescs));
-  OneSided* o = one_sided(comm, "ncclWaitSignal");
-  if (!o) return ncclInvalidUsage;
   std::vector<OneSided::WaitFor> what;
   for (int i = 0; i < nDesc; ++i)
     what.push_back({signalDescs[i].opCnt, signalDescs[i].peer, signalDescs[i].sigIdx, signalDescs[i].ctx});
+  if (comm->device_windows) {  // on the stream: it returns at once
+    InCall in(comm);
+    return record(
+        comm, dcomm::adapter::device_wait_signals(comm->device_windows, what, stream).with_context("ncclWaitSignal"));
+  }
+  OneSided* o = one_sided(comm, "ncclWaitSignal");
+  if (!o) return ncclInvalidUsage;
   return run_waiting(comm, "ncclWaitSignal", [o, what = std::move(what)] { return o->wait(what); });
 }
 

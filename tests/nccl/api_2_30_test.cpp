@@ -5,7 +5,7 @@
 // peer's refused by name); ncclCommQueryProperties written only as far as its size says; the
 // device API's teams; memory statistics; suspend and resume (blocking on two ranks, and
 // non-blocking); a non-blocking call failing in the background; and the calls dcomm does not
-// back yet answering ncclInvalidUsage by name.
+// back yet answering ncclInvalidUsage by name. `device`: windows on device memory (GPU check).
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -308,7 +308,73 @@ void background_failure() {
   ncclCommDestroy(c);
 }
 
-int main() {
+// `device` (the GPU check; exit 77 without a GPU): windows on device memory, 2 ranks on GPU 0
+// as threads (registration is collective): ncclPutSignal into the right neighbour's window at
+// an offset, ncclWaitSignal on the stream, the data checked; ncclGetPeerDevicePointer reads
+// what this rank put there; a put past the window is refused.
+int device() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("no CUDA device: the device-window test is skipped\n");
+    return 77;
+  }
+  ncclComm_t comms[2];
+  int devs[2] = {0, 0};
+  CHECK(ncclCommInitAll(comms, 2, devs) == ncclSuccess, "ncclCommInitAll: %s", ncclGetLastError(nullptr));
+  const size_t count = (4 << 20) / sizeof(float);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      cudaSetDevice(0);
+      ncclComm_t c = comms[r];
+      cudaStream_t s;
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      float *window = nullptr, *src = nullptr;
+      cudaMalloc(&window, 2 * count * sizeof(float));
+      cudaMalloc(&src, count * sizeof(float));
+      std::vector<float> h(count, static_cast<float>(r + 5));
+      cudaMemcpy(src, h.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+      cudaMemset(window, 0, 2 * count * sizeof(float));
+      ncclWindow_t win = nullptr;
+      CHECK(ncclCommWindowRegister(c, window, 2 * count * sizeof(float), &win, 0) == ncclSuccess, "device register: %s",
+            ncclGetLastError(nullptr));
+      const int peer = 1 - r;
+      CHECK(ncclPutSignal(src, count, ncclFloat32, peer, win, count * sizeof(float), 3, 0, 0, c, s) == ncclSuccess,
+            "device put: %s", ncclGetLastError(nullptr));
+      ncclWaitSignalDesc_t want = {1, peer, 3, 0};
+      CHECK(ncclWaitSignal(1, &want, c, s) == ncclSuccess, "device wait: %s", ncclGetLastError(nullptr));
+      std::vector<float> got(2 * count, -1.f);
+      cudaMemcpyAsync(got.data(), window, got.size() * sizeof(float), cudaMemcpyDeviceToHost, s);
+      cudaStreamSynchronize(s);
+      CHECK(got[count - 1] == 0.f && got[count] == static_cast<float>(peer + 5) &&
+                got[2 * count - 1] == static_cast<float>(peer + 5),
+            "device window rank %d: %g %g %g", r, got[count - 1], got[count], got[2 * count - 1]);
+      void* there = nullptr;
+      float first = -1.f;
+      CHECK(ncclGetPeerDevicePointer(win, count * sizeof(float), peer, &there) == ncclSuccess && there,
+            "peer device pointer: %s", ncclGetLastError(nullptr));
+      if (there) cudaMemcpy(&first, there, sizeof first, cudaMemcpyDefault);
+      CHECK(first == static_cast<float>(r + 5), "the peer pointer reads %g on rank %d", first, r);
+      CHECK(ncclPutSignal(src, 2, ncclFloat32, peer, win, 2 * count * sizeof(float) - 4, -1, 0, 0, c, s) ==
+                    ncclInvalidArgument &&
+                says("past rank"),
+            "a device put past the window: %s", ncclGetLastError(nullptr));
+      ncclResult_t async = ncclSuccess;
+      CHECK(ncclCommGetAsyncError(c, &async) == ncclSuccess && async == ncclSuccess, "async error %d", async);
+      cudaStreamSynchronize(s);
+      CHECK(ncclCommWindowDeregister(c, win) == ncclSuccess, "device deregister");
+      cudaFree(window);
+      cudaFree(src);
+      cudaStreamDestroy(s);
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) ncclCommDestroy(comms[r]);
+  std::printf(failures ? "device: FAILED: %d\n" : "device: ok (windows on GPU 0, 2 ranks)\n", failures);
+  return failures ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "device") return device();
   version_and_configs();
   params();
   windows_and_device_api();
