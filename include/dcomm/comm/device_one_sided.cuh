@@ -269,8 +269,15 @@ class DeviceOneSided {
     Hello mine;
     DCOMM_RETURN_IF_ERROR(
         cuda_status(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, device_), "cudaDeviceGetPCIBusId"));
-    DCOMM_RETURN_IF_ERROR(signals_.create(count * sizeof(uint64_t), ipc_, /*host=*/false, comm_.config().shm_dir,
-                                          comm_.rank(), nullptr, &mine.signals));
+    // Zeroed on a stream of its own: the legacy default stream would wait for the whole
+    // context's blocking streams, work that may wait on this rank's peers.
+    cudaStream_t zeroing = nullptr;
+    DCOMM_RETURN_IF_ERROR(
+        cuda_status(cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking), "cudaStreamCreate (signals)"));
+    Status made = signals_.create(count * sizeof(uint64_t), ipc_, /*host=*/false, comm_.config().shm_dir, comm_.rank(),
+                                  zeroing, &mine.signals);
+    cudaStreamDestroy(zeroing);
+    DCOMM_RETURN_IF_ERROR(made);
     auto own = signals_.own();
     if (!own.ok()) return own.status();
     own_ = reinterpret_cast<uint64_t*>(own->device);
