@@ -88,13 +88,9 @@ int run_rank(int rank, int fd_in, int fd_out, int rounds, size_t max_bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
+  int rounds = 3;
   size_t max_bytes = 64 << 20;
-  if (argc > 2) {
-    auto v = dcomm::parse_size(argv[2], "max bytes");
-    if (!v.ok()) return std::fprintf(stderr, "%s\n", v.status().message().c_str()), 2;
-    max_bytes = static_cast<size_t>(*v);
-  }
+  if (!count_and_max_bytes(argc, argv, &rounds, &max_bytes)) return 2;
   setvbuf(stdout, nullptr, _IOLBF, 0);
   int fds[2];
   if (pipe(fds) != 0) return 1;

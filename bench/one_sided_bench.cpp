@@ -95,27 +95,10 @@ int run_rank(int rank, const std::string& id_text, int passes, size_t max_bytes)
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int passes = argc > 1 ? std::atoi(argv[1]) : 3;
+  int passes = 3;
   size_t max_bytes = 16 << 20;
-  if (argc > 2) {
-    auto v = dcomm::parse_size(argv[2], "max bytes");
-    if (!v.ok()) return std::fprintf(stderr, "%s\n", v.status().message().c_str()), 2;
-    max_bytes = static_cast<size_t>(*v);
-  }
+  if (!count_and_max_bytes(argc, argv, &passes, &max_bytes)) return 2;
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  int fds[2];
-  if (pipe(fds) != 0) return 1;
-  return run_forked(2, [&](int r) {
-    std::string text(256, '\0');
-    if (r == 0) {
-      auto id = dcomm::UniqueId::create();
-      if (!id.ok()) return 3;
-      text = id->to_string();
-      text.resize(256);
-      if (write(fds[1], text.data(), 256) != 256) return 3;
-    } else if (read(fds[0], text.data(), 256) != 256) {
-      return 3;
-    }
-    return run_rank(r, text.c_str(), passes, max_bytes);
-  });
+  return run_forked_with_id(2,
+                            [&](int r, const std::string& id_text) { return run_rank(r, id_text, passes, max_bytes); });
 }

@@ -119,21 +119,6 @@ int main(int argc, char** argv) {
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
   if (n < 2 || rounds < 1) return std::fprintf(stderr, "usage: %s [ranks >= 2] [rounds >= 1]\n", argv[0]), 2;
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  int fds[2];
-  if (pipe(fds) != 0) return 1;
   // Forked before anything of dcomm exists in this process; rank 0 makes the id.
-  return run_forked(n, [&](int r) {
-    std::string text(256, '\0');
-    if (r == 0) {
-      auto id = dcomm::UniqueId::create();
-      if (!id.ok()) return 3;
-      text = id->to_string();
-      text.resize(256);
-      for (int k = 1; k < n; ++k)
-        if (write(fds[1], text.data(), 256) != 256) return 3;
-    } else if (read(fds[0], text.data(), 256) != 256) {
-      return 3;
-    }
-    return run_rank(r, n, text.c_str(), rounds);
-  });
+  return run_forked_with_id(n, [&](int r, const std::string& id_text) { return run_rank(r, n, id_text, rounds); });
 }
