@@ -94,11 +94,21 @@ DCOMM_NCCL_API ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindo
   Window* w = live_window(win, "ncclCommWindowDeregister");
   if (!w) return ncclInvalidArgument;
   if (w->comm != comm) return fail(ncclInvalidArgument, "ncclCommWindowDeregister: the window belongs to another comm");
+  // Collective, as NCCL's and MPI_Win_free: once it returns no peer reads or writes this
+  // rank's part any more, so the buffer can be freed (a peer reading it through its peer
+  // pointer, or a put still arriving, would otherwise touch freed memory).
+  // A comm that already failed skips it: its peers may be gone, and none of them waits.
+  dcomm::Status done;
+  if ((w->id >= 0 || w->device_id >= 0) && ready(comm) == ncclSuccess && comm->async.load() == ncclSuccess &&
+      !comm->host->aborted()) {
+    InCall in(comm);
+    done = comm->host->barrier().with_context("ncclCommWindowDeregister");
+  }
   if (w->id >= 0 && comm->one_sided) comm->one_sided->deregister_window(w->id);
   if (w->device_id >= 0) dcomm::adapter::device_window_deregister(comm->device_windows, w->device_id);
   w->magic = 0;
   delete w;
-  return ncclSuccess;
+  return record(comm, done);
 }
 
 DCOMM_NCCL_API ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
