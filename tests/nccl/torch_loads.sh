@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # torch loads dcomm's libnccl.so.2 in place of the NCCL it pins (issue 38): every NCCL symbol
 # libtorch_cuda.so imports is defined by dcomm's library; then, with dcomm's library preloaded,
-# `import torch`, torch.cuda.nccl.version() and dist.is_nccl_available() work, the version is
-# the one dcomm's nccl.h declares, and the dynamic linker binds every NCCL symbol of
-# libtorch_cuda.so to dcomm's library (LD_BIND_NOW, LD_DEBUG=bindings), none to the wheel's.
+# `import torch`, torch.cuda.nccl.version() and dist.is_nccl_available() work, ncclGetVersion
+# (what torch's NCCL process group logs) answers the version dcomm's nccl.h declares, and the
+# dynamic linker binds every NCCL symbol of libtorch_cuda.so to dcomm's library (LD_BIND_NOW,
+# LD_DEBUG=bindings), none to the wheel's. torch.cuda.nccl.version() is the nccl.h torch was
+# built against (torch 2.11's: 2.28.9), printed but not compared.
 #   torch_loads.sh <dcomm's libnccl.so.2> [python]   (python: a torch with CUDA; default: the
 #                                                    newest torch's venv, scripts/lib/torch-venv.sh)
 # Exit 77 (a ctest skip) when no such torch can be had.
@@ -35,13 +37,17 @@ want=$(sed -n 's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' "$here/
 trace=$(mktemp -d)
 trap 'rm -rf "$trace"' EXIT
 out=$(LD_PRELOAD="$lib" LD_BIND_NOW=1 LD_DEBUG=bindings LD_DEBUG_OUTPUT="$trace/ld" "$python" -c '
-import torch, torch.distributed as dist
-print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "is_nccl_available", dist.is_nccl_available())
+import ctypes, os, torch, torch.distributed as dist
+v = ctypes.c_int(0)
+ctypes.CDLL(os.environ["LD_PRELOAD"]).ncclGetVersion(ctypes.byref(v))  # already loaded: the same library
+code = v.value
+print("torch", torch.__version__, "built against nccl", torch.cuda.nccl.version(), "is_nccl_available",
+      dist.is_nccl_available(), "ncclGetVersion", (code // 10000, code // 100 % 100, code % 100))
 ') || { echo "FAIL: import torch with dcomm's libnccl.so.2 preloaded: $out"; exit 1; }
 echo "$out"
 case "$out" in
-  *"nccl ($want) is_nccl_available True"*) ;;
-  *) echo "FAIL: expected nccl ($want) and is_nccl_available True"; fail=1 ;;
+  *"is_nccl_available True ncclGetVersion ($want)"*) ;;
+  *) echo "FAIL: expected is_nccl_available True and ncclGetVersion ($want)"; fail=1 ;;
 esac
 # "symbol library" for each NCCL symbol of libtorch_cuda.so the linker bound, the library's path
 # resolved once per distinct path (the trace names it as loaded: build/nccl/libnccl.so.2, a link).
