@@ -14,7 +14,10 @@ r = json.load(open(sys.argv[1]))
 assert r["collective"] == sys.argv[2] and r["ranks"] == 3, r
 sizes = {row["size"] for row in r["results"]}
 assert len(r["results"]) == 2 * len(sizes) and len(sizes) >= 6, sizes
-assert all(row["wrong"] == 0 and row["time_us"] > 0 for row in r["results"]), r["results"]
+# In-place send_recv is a race by definition (nccl-tests reports N/A): not checked, null.
+unchecked = lambda row: sys.argv[2] == "send_recv" and row["in_place"]
+assert all((row["wrong"] is None if unchecked(row) else row["wrong"] == 0) and row["time_us"] > 0
+           for row in r["results"]), r["results"]
 assert r["staging_bytes_per_rank"] > 0
 PY
 done

@@ -78,7 +78,7 @@ def run_dcomm(a, lo, hi, iters, warm, registered=False, algo=None, transport=Non
         r["results"] = [x for x in r["results"] if x["algorithm"] == algo]
     elif not registered:
         CHOSEN.update({x["size"]: x["algorithm"] for x in r["results"] if not x["in_place"]})
-    bad = sum(x["wrong"] for x in r["results"])
+    bad = sum(x["wrong"] or 0 for x in r["results"])
     if bad:
         sys.exit(f"dcomm-bench reported {bad} wrong elements")
     # MPI_Bcast has one buffer, so broadcast compares dcomm's in-place column; the others

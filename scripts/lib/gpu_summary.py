@@ -50,7 +50,7 @@ else:
 j = load("all_reduce_2.json")
 if j:
     print(f"all_reduce 2 ranks on one GPU ({j.get('device', '')}), out of place; #wrong "
-          f"{sum(r['wrong'] for r in j['results'])}")
+          f"{sum(r['wrong'] or 0 for r in j['results'])}")
     print(f"  {'size':>8} {'time us':>9} {'busbw GB/s':>10} {'copy us':>8} {'8S bound us':>11} {'of bound':>8}")
     for r in rows(j):
         copy = r.get("copy_us", 0)
@@ -68,7 +68,7 @@ else:
 j = load("all_reduce_4.json")
 if j:
     cells = ", ".join(f"{r['size'] >> 20}M {r['busbw']:.0f}" for r in rows(j))
-    print(f"all_reduce 4 ranks on one GPU, busbw GB/s: {cells}; #wrong {sum(r['wrong'] for r in j['results'])}")
+    print(f"all_reduce 4 ranks on one GPU, busbw GB/s: {cells}; #wrong {sum(r['wrong'] or 0 for r in j['results'])}")
 
 for c in ("reduce_scatter", "all_gather", "broadcast", "send_recv"):
     r = rows(load(f"{c}_2.json"))
