@@ -110,6 +110,14 @@ TEST_CASE("send/recv grids: an all-to-all of every rank sharing one GPU is resid
   // Two ranks keep the two channels asked for.
   std::vector<DeviceRankFacts> pair(2, gpu("0000:01", 132, 1));
   CHECK(agree_device_plan(pair).p2p_channels == 2);
+  // Asked for none (the default), a lane gets what an all-to-all of every rank leaves it: two
+  // ranks on 116 usable SMs hold 58 blocks each, 4 lanes: 14 a lane.
+  for (auto& f : pair) f.p2p_channels = 0;
+  CHECK(agree_device_plan(pair).p2p_channels == 14);
+  CHECK(check_p2p_grid(4, agree_device_plan(pair), 0).ok());
+  CHECK(check_p2p_grid(5, agree_device_plan(pair), 0).code() == ErrorCode::kOutOfResources);
+  for (auto& f : six) f.p2p_channels = 0;
+  CHECK(agree_device_plan(six).p2p_channels == 1);
 }
 
 TEST_CASE("ranks with different FIFO settings are refused, naming both") {

@@ -39,7 +39,7 @@ inline constexpr int kMaxDeviceThreads = 512;
 // DCOMM_CUDA_THREADS, DCOMM_CUDA_SLOTS, DCOMM_CUDA_SLOT_BYTES, DCOMM_CUDA_P2P_DISABLE).
 struct DeviceConfig {
   int channels = 0;                 // blocks per collective, each its own ring; 0: by the GPUs
-  int p2p_channels = 2;             // blocks per peer and direction in a send/recv group
+  int p2p_channels = 0;             // blocks per peer and direction in a send/recv group; 0: by the GPUs
   int threads = 512;                // threads per block
   uint32_t nslots = 4;              // slots per FIFO
   uint32_t slot_bytes = 256 << 10;  // bytes per slot
@@ -48,7 +48,7 @@ struct DeviceConfig {
   static Result<DeviceConfig> from_env() {
     DeviceConfig c;
     auto ch = env_size("DCOMM_CUDA_CHANNELS", c.channels, 0, kMaxDeviceChannels);
-    auto pc = env_size("DCOMM_CUDA_P2P_CHANNELS", c.p2p_channels, 1, kMaxDeviceChannels);
+    auto pc = env_size("DCOMM_CUDA_P2P_CHANNELS", c.p2p_channels, 0, kMaxDeviceChannels);
     auto th = env_size("DCOMM_CUDA_THREADS", c.threads, 32, kMaxDeviceThreads);
     auto sl = env_size("DCOMM_CUDA_SLOTS", c.nslots, 2, 64);
     auto sb = env_size("DCOMM_CUDA_SLOT_BYTES", c.slot_bytes, 1024, 64u << 20);
@@ -118,11 +118,12 @@ struct DeviceLaunchPlan {
 // and p2p_channels shrinks until an all-to-all (a send and a receive lane for every rank,
 // itself included) fits in it.
 inline DeviceLaunchPlan agree_device_plan(const std::vector<DeviceRankFacts>& facts) {
-  int requested = 0, p2p_requested = 1 << 20;
+  int requested = 0, p2p_requested = 0;  // 0: none asked for
   for (const auto& f : facts) {
     if (f.requested_channels > 0)
       requested = requested == 0 ? f.requested_channels : std::min(requested, f.requested_channels);
-    p2p_requested = std::min(p2p_requested, std::max(1, f.p2p_channels));
+    if (f.p2p_channels > 0)
+      p2p_requested = p2p_requested == 0 ? f.p2p_channels : std::min(p2p_requested, f.p2p_channels);
   }
   long long by_gpus = kMaxDeviceChannels, resident = kMaxDeviceChannels;  // 64-bit: facts are another rank's numbers
   for (size_t r = 0; r < facts.size(); ++r) {
@@ -143,7 +144,8 @@ inline DeviceLaunchPlan agree_device_plan(const std::vector<DeviceRankFacts>& fa
   plan.channels = static_cast<int>(std::max(1LL, channels));
   plan.p2p_blocks = static_cast<int>(resident);
   const long long all_to_all_lanes = 2 * static_cast<long long>(std::max<size_t>(1, facts.size()));
-  const long long p2p = std::min<long long>({p2p_requested, plan.channels, resident / all_to_all_lanes});
+  long long p2p = std::min<long long>(plan.channels, resident / all_to_all_lanes);
+  if (p2p_requested > 0) p2p = std::min<long long>(p2p, p2p_requested);
   plan.p2p_channels = static_cast<int>(std::max(1LL, p2p));  // they use the first channels' FIFOs
   return plan;
 }
