@@ -241,6 +241,9 @@ while IFS= read -r name; do
   fi
 done <"$CS_WORK/order.txt"
 
+# What the test cases measured (suspend: the GPU memory freed against the arenas).
+grep -h '^suspend:' "$CS_WORK"/test*.log 2>/dev/null | while IFS= read -r line; do cs_note "$line"; done
+
 # 3. dcomm's libnccl.so.2 on device memory: 2 ranks on the GPU through the NCCL API (every
 # collective, PreMulSum with a device scalar, one group of in-place all-to-all and PreMulSum,
 # a CUDA graph replayed; then NCCL 2.30's windows on device memory: put, signal, wait, peer

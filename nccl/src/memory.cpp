@@ -121,10 +121,11 @@ DCOMM_NCCL_API ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win
   return ncclSuccess;
 }
 
-// Suspend and resume: Communicator::suspend/resume, collective. On host memory NCCL's "GPU
+// Suspend and resume: Communicator::suspend/resume, collective, and DeviceCommunicator's for a
+// comm with a GPU (its FIFO arenas, device and pinned host memory). On host memory NCCL's "GPU
 // memory" reads as the communicator's own: suspendable, the FIFOs of the links made on first use
-// (shared memory, threads) and the scratch; persistent, the FIFOs of the TCP, UCX and verbs links
-// the proxy moves. A device communicator's arenas are not released (docs/nccl.md).
+// (shared memory, threads), the scratch and the device arenas; persistent, the FIFOs of the TCP,
+// UCX and verbs links the proxy moves.
 namespace dcomm_nccl {
 
 // As NCCL runs a non-blocking communicator's calls that wait for peers; later calls wait for it
@@ -157,19 +158,26 @@ DCOMM_NCCL_API ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
     return fail(ncclInvalidArgument, "ncclCommSuspend: flags ", flags, " hold bits that are not NCCL_SUSPEND_*");
   if (comm->host->suspended()) return fail(ncclInvalidUsage, "ncclCommSuspend: the comm is suspended already");
   if (!(flags & NCCL_SUSPEND_MEM)) return ncclSuccess;  // nothing asked to be released
-  return run_waiting(comm, "ncclCommSuspend", [comm] { return comm->host->suspend(); });
+  return run_waiting(comm, "ncclCommSuspend", [comm] {
+    DCOMM_RETURN_IF_ERROR(comm->device ? dcomm::adapter::device_suspend(comm->device) : dcomm::Status{});
+    return comm->host->suspend();
+  });
 }
 
 DCOMM_NCCL_API ncclResult_t pncclCommResume(ncclComm_t comm) {
   if (ncclResult_t r = usable(comm, "ncclCommResume"); r != ncclSuccess) return r;
   if (!comm->host->suspended()) return fail(ncclInvalidUsage, "ncclCommResume: the comm is not suspended");
-  return run_waiting(comm, "ncclCommResume", [comm] { return comm->host->resume(); });
+  return run_waiting(comm, "ncclCommResume", [comm] {
+    DCOMM_RETURN_IF_ERROR(comm->host->resume());
+    return comm->device ? dcomm::adapter::device_resume(comm->device) : dcomm::Status{};
+  });
 }
 
 DCOMM_NCCL_API ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
   if (ncclResult_t r = usable(comm, "ncclCommMemStats"); r != ncclSuccess) return r;
   if (!value) return fail(ncclInvalidArgument, "ncclCommMemStats: value is NULL");
-  const MemStats m = comm->host->mem_stats();
+  MemStats m = comm->host->mem_stats();
+  if (comm->device) m.suspendable += dcomm::adapter::device_arena_bytes(comm->device);
   switch (stat) {
     case ncclStatGpuMemSuspend: *value = m.suspendable; break;
     case ncclStatGpuMemSuspended: *value = m.suspended ? 1 : 0; break;

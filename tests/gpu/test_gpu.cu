@@ -612,6 +612,52 @@ std::string device_one_sided_ring(Communicator& c) {
   return bad.empty() ? "" : bad.front();
 }
 
+TEST_CASE("suspend frees the FIFO arenas (GPU memory measured), calls in between are refused, resume works again") {
+  for (const auto& kv : kSmallSlots) unsetenv(kv.substr(0, kv.find('=')).c_str());  // arenas of the default size
+  on_device_ranks(2, [](DeviceCommunicator& d, cudaStream_t s, int r) -> std::string {
+    const size_t count = 1 << 20;
+    DeviceBuf<float> a(count), b(count);
+    a.put(std::vector<float>(count, static_cast<float>(r + 1)), s);
+    auto all_reduced = [&](float want) {
+      Status st = d.all_reduce(a.p, b.p, count, DataType::kFloat32, ReduceOp::kSum, s);
+      if (!st.ok()) return "all_reduce: " + st.message();
+      const auto got = b.get(count, s);
+      return std::all_of(got.begin(), got.end(), [&](float x) { return x == want; })
+                 ? std::string()
+                 : detail::cat("wrong data ", got[0]);
+    };
+    if (std::string e = all_reduced(3.f); !e.empty()) return "before: " + e;
+    const uint64_t held = d.arena_bytes();
+    uint64_t both = 0;
+    if (held == 0 || !d.host().all_reduce(&held, &both, 1, DataType::kUint64, ReduceOp::kSum).ok())
+      return detail::cat("arena bytes ", held);
+    size_t free_before = 0, free_after = 0, total = 0;
+    if (!d.host().barrier().ok() || (r == 0 && !CUDA_OK(cudaMemGetInfo(&free_before, &total)))) return "before";
+    // Launched and not waited for: suspend waits for this communicator's launches itself.
+    if (!d.all_reduce(a.p, b.p, count, DataType::kFloat32, ReduceOp::kSum, s).ok()) return "the launch before";
+    if (Status st = d.suspend(); !st.ok()) return "suspend: " + st.message();
+    if (!d.host().barrier().ok() || (r == 0 && !CUDA_OK(cudaMemGetInfo(&free_after, &total)))) return "after";
+    const long long freed = static_cast<long long>(free_after) - static_cast<long long>(free_before);
+    if (r == 0) {
+      std::printf("suspend: %llu bytes of arenas on 2 ranks, %lld bytes of GPU memory freed\n",
+                  static_cast<unsigned long long>(both), freed);
+      if (freed < static_cast<long long>(both * 9 / 10))
+        return detail::cat("suspend freed ", freed, " bytes of ", both);
+    }
+    if (d.arena_bytes() != 0) return detail::cat("arena bytes while suspended: ", d.arena_bytes());
+    Status refused = d.all_reduce(a.p, b.p, count, DataType::kFloat32, ReduceOp::kSum, s);
+    if (refused.code() != ErrorCode::kUnsupported || refused.message().find("suspended") == std::string::npos)
+      return "a call while suspended: " + refused.message();
+    if (d.suspend().ok()) return "a second suspend was accepted";
+    if (Status st = d.resume(); !st.ok()) return "resume: " + st.message();
+    if (d.arena_bytes() != held) return detail::cat("arena bytes after resume: ", d.arena_bytes(), " of ", held);
+    a.put(std::vector<float>(count, static_cast<float>(2 * r + 5)), s);
+    if (std::string e = all_reduced(12.f); !e.empty()) return "after resume: " + e;
+    if (d.resume().ok()) return "a resume of a communicator not suspended was accepted";
+    return "";
+  });
+}
+
 TEST_CASE("one-sided windows on device memory: put, signal, wait and peer pointers, threads sharing one GPU") {
   for (int n : {2, 3}) {
     CAPTURE(n);

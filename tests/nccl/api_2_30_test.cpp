@@ -311,7 +311,7 @@ void background_failure() {
 // `device` (the GPU check; exit 77 without a GPU): windows on device memory, 2 ranks on GPU 0
 // as threads (registration is collective): ncclPutSignal into the right neighbour's window at
 // an offset, ncclWaitSignal on the stream, the data checked; ncclGetPeerDevicePointer reads
-// what this rank put there; a put past the window is refused.
+// what this rank put there; a put past the window is refused; then suspend and resume.
 int device() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -363,6 +363,25 @@ int device() {
       CHECK(ncclCommGetAsyncError(c, &async) == ncclSuccess && async == ncclSuccess, "async error %d", async);
       cudaStreamSynchronize(s);
       CHECK(ncclCommWindowDeregister(c, win) == ncclSuccess, "device deregister");
+      // Suspend releases the device communicator's arenas too (GPU memory): the stat counts
+      // them, calls in between are refused, and the comm works again after resume.
+      uint64_t suspendable = 0, after = 1, suspended = 0;
+      CHECK(ncclCommMemStats(c, ncclStatGpuMemSuspend, &suspendable) == ncclSuccess && suspendable >= (1u << 20),
+            "rank %d: %llu bytes suspendable", r, static_cast<unsigned long long>(suspendable));
+      CHECK(ncclCommSuspend(c, NCCL_SUSPEND_MEM) == ncclSuccess, "suspend: %s", ncclGetLastError(nullptr));
+      CHECK(ncclCommMemStats(c, ncclStatGpuMemSuspend, &after) == ncclSuccess && after == 0 &&
+                ncclCommMemStats(c, ncclStatGpuMemSuspended, &suspended) == ncclSuccess && suspended == 1,
+            "rank %d after suspend: %llu bytes, suspended %llu", r, static_cast<unsigned long long>(after),
+            static_cast<unsigned long long>(suspended));
+      CHECK(ncclAllReduce(src, src, count, ncclFloat32, ncclSum, c, s) == ncclInvalidUsage && says("suspended"),
+            "a call while suspended: %s", ncclGetLastError(nullptr));
+      CHECK(ncclCommResume(c) == ncclSuccess, "resume: %s", ncclGetLastError(nullptr));
+      CHECK(ncclAllReduce(src, src, count, ncclFloat32, ncclSum, c, s) == ncclSuccess, "all_reduce after resume: %s",
+            ncclGetLastError(nullptr));
+      std::vector<float> sum(count, -1.f);
+      cudaMemcpyAsync(sum.data(), src, count * sizeof(float), cudaMemcpyDeviceToHost, s);
+      cudaStreamSynchronize(s);
+      CHECK(sum[0] == 11.f && sum[count - 1] == 11.f, "rank %d: all_reduce after resume gave %g", r, sum[0]);
       cudaFree(window);
       cudaFree(src);
       cudaStreamDestroy(s);

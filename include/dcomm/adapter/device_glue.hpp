@@ -36,6 +36,11 @@ Status device_group_end(DeviceHandle* d);
 Status device_error(DeviceHandle* d);
 // Ends this rank's waiting kernels now and aborts the host communicator.
 void device_abort(DeviceHandle* d, const std::string& why);
+// Collective: frees the FIFO arenas once the communicator's launches are done, and makes new
+// ones; device_arena_bytes is what device_suspend frees (0 while suspended).
+Status device_suspend(DeviceHandle* d);
+Status device_resume(DeviceHandle* d);
+size_t device_arena_bytes(DeviceHandle* d);
 
 // Stream-ordered scratch (cudaMallocAsync; capturable) for the next call's input, freed by
 // `d` once the group it joins (or the call alone) is launched, after the kernels that read it;

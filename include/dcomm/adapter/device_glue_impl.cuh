@@ -52,6 +52,9 @@ void device_group_start(DeviceHandle* d) { d->comm->group_start(); }
 Status device_group_end(DeviceHandle* d) { return d->comm->group_end(); }
 Status device_error(DeviceHandle* d) { return d->comm->error(); }
 void device_abort(DeviceHandle* d, const std::string& why) { d->comm->abort(why); }
+Status device_suspend(DeviceHandle* d) { return d->comm->suspend(); }
+Status device_resume(DeviceHandle* d) { return d->comm->resume(); }
+size_t device_arena_bytes(DeviceHandle* d) { return d->comm->arena_bytes(); }
 
 Result<void*> device_scratch(DeviceHandle* d, size_t bytes, void* stream) {
   return d->comm->scratch(bytes, as_stream(stream));

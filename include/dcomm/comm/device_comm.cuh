@@ -1,33 +1,26 @@
 // Collectives on CUDA device memory, ordered on a CUDA stream as NCCL's are: each call checks
-// its arguments, enqueues one kernel on the caller's stream and returns; later work on that
-// stream sees the result; calls between group_start() and group_end() launch together; a
-// stream being captured into a CUDA graph captures the kernels (their work descriptors are
-// kernel parameters).
+// its arguments, enqueues one kernel on the caller's stream and returns; calls between
+// group_start() and group_end() launch together; a stream being captured into a CUDA graph
+// captures the kernels (their work descriptors are kernel parameters). docs/gpu.md has more.
 //
-// Set-up (create(), collective over the host communicator): every rank allocates one arena
-// of FIFOs (comm/device_work.hpp's layout: slots, posted and freed counters for every peer
-// and channel) and swaps handles with the others. A pair of ranks talks through device memory
-// when both are on one GPU or cudaDeviceCanAccessPeer says yes (CUDA IPC handles between
-// processes, plain pointers within one), and through pinned host memory both GPUs map
-// otherwise (or with DCOMM_CUDA_P2P_DISABLE=1). Ranks on other hosts: every call is staged
-// through pinned host memory and the host communicator (a host function on the stream).
+// Set-up (create(), collective over the host communicator): every rank allocates one arena of
+// FIFOs (comm/device_work.hpp's layout) and swaps handles with the others. A pair talks through
+// device memory when both are on one GPU or have peer access (CUDA IPC between processes),
+// through pinned host memory both GPUs map otherwise (or with DCOMM_CUDA_P2P_DISABLE=1). Ranks
+// on other hosts: every call is staged through the host communicator. A set-up that fails on
+// one rank aborts the host communicator, so the others fail at once with its reason.
+// suspend()/resume() (collective) free the arenas and make new ones.
 //
-// A set-up that fails on one rank aborts the host communicator, so the others, which may be
-// waiting in set-up's exchanges, fail at once with its reason.
-//
-// Streams: a communicator's launches are ordered one after the other whatever streams they
-// are on (each waits for the previous one's event), as NCCL orders a communicator's work, so
-// two streams never race on its FIFOs. Set-up and teardown wait only for this communicator's
-// own work (a stream of its own, its last launch), never for the whole GPU, where other
-// communicators' kernels may be waiting on peers. Several ranks in one process each use a
-// stream: CUDA_DEVICE_MAX_CONNECTIONS (set to 32 here when unset, before CUDA starts) keeps
-// their kernels off shared hardware queues, where one could wait behind another forever.
+// Streams: a communicator's launches are ordered one after the other whatever streams they are
+// on, so two streams never race on its FIFOs. Set-up and teardown wait only for this
+// communicator's own work, never for the whole GPU. Thread ranks each use a stream:
+// CUDA_DEVICE_MAX_CONNECTIONS (32 here when unset, before CUDA starts) keeps one rank's kernel
+// from queueing behind another's that waits for it.
 //
 // Failure: device waits poll an abort flag in mapped host memory and give up at the deadline
-// (DCOMM_TIMEOUT_MS), recording the peer; a block given work it cannot run records that too;
-// a watchdog thread raises the flag when the host communicator aborts (a dead peer, abort()
-// on any rank) and aborts the host communicator when a kernel reports a failure, so every
-// rank's kernels end. error() says what happened.
+// (DCOMM_TIMEOUT_MS), recording the peer; a watchdog thread raises the flag when the host
+// communicator aborts and aborts it when a kernel reports a failure, so every rank's kernels
+// end. error() says what happened.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -155,10 +148,8 @@ class DeviceCommunicator {
     return flush();
   }
 
-  // Stream-ordered scratch (cudaMallocAsync on `stream`, which may be capturing) for the next
-  // call's input: freed on that stream once the group it joins (or the call alone) has been
-  // launched, after the kernels that read it. Adapters use it for PreMulSum's scaled input and
-  // an in-place all-to-all's copy.
+  // Stream-ordered scratch for the next call's input (PreMulSum's scaled input, an in-place
+  // all-to-all's copy): freed on `stream` once the group it joins has been launched.
   Result<void*> scratch(size_t bytes, cudaStream_t stream) {
     detail::DeviceGuard on(device_);
     void* p = nullptr;
@@ -180,6 +171,29 @@ class DeviceCommunicator {
     control_->abort = 1;
     host_.abort(why);
   }
+
+  // Collective: after this communicator's launches every rank unmaps its peers' FIFO arenas,
+  // then frees its own (arena_bytes()); calls are refused until resume() makes new ones.
+  Status suspend() {
+    detail::DeviceGuard on(device_);
+    if (suspended_) return make_error(ErrorCode::kUnsupported, "suspend on rank ", rank(), ": already suspended");
+    suspended_ = true;
+    if (staged_only_) return {};  // no arenas: the host communicator's memory is its own to release
+    DCOMM_RETURN_IF_ERROR(cuda_status(cudaEventSynchronize(launched_), "device suspend: the last launch"));
+    arenas_.close_peers();
+    DCOMM_RETURN_IF_ERROR(host_.barrier().with_context("device suspend"));  // nobody maps ours any more
+    arenas_.release();
+    return {};
+  }
+  Status resume() {
+    detail::DeviceGuard on(device_);
+    if (!suspended_) return make_error(ErrorCode::kUnsupported, "resume on rank ", rank(), ": not suspended");
+    if (!staged_only_) DCOMM_RETURN_IF_ERROR(map_arenas().with_context("device resume"));
+    suspended_ = false;
+    return {};
+  }
+  bool suspended() const { return suspended_; }
+  size_t arena_bytes() const { return arenas_.held_bytes(); }
 
  private:
   struct Control {
@@ -260,15 +274,24 @@ class DeviceCommunicator {
         DCOMM_RETURN_IF_ERROR(enable_peer_access(peer_dev));
     }
     if (staged_only_) return start_watchdog();
-
-    // 2. Arenas (transport/cuda_ipc.cuh): device memory always, pinned shared host memory when
-    // some pair needs it; every rank publishes where its arenas are and maps its peers'.
+    any_host_ = any_host;
     layout_ = {usize(), static_cast<size_t>(cfg_.channels), static_cast<size_t>(cfg_.nslots) * cfg_.slot_bytes};
+    pos_of_ = agreed_at_init.pos_of;
+    std::vector<int> block_of(agreed_at_init.order.begin(), agreed_at_init.order.end());
+    DCOMM_RETURN_IF_ERROR(upload(block_of, &block_of_));
+    DCOMM_RETURN_IF_ERROR(map_arenas());
+    return start_watchdog();
+  }
+
+  // 2. Arenas (device memory; pinned shared host memory where a pair needs it), published and
+  // mapped by every rank, then the connection tables into them (at set-up and at resume).
+  Status map_arenas() {
+    const int n = size(), me = rank();
     bool other_process = false;  // CUDA IPC only where some peer needs it
     for (int r = 0; r < n; ++r) other_process = other_process || !same_process(r);
     ArenaAddress where;
     DCOMM_RETURN_IF_ERROR(
-        arenas_.create(layout_.bytes(), other_process, any_host, host_.config().shm_dir, me, setup_stream_, &where));
+        arenas_.create(layout_.bytes(), other_process, any_host_, host_.config().shm_dir, me, setup_stream_, &where));
     std::vector<ArenaAddress> published(usize());
     DCOMM_RETURN_IF_ERROR(host_.all_gather(&where, published.data(), sizeof where, DataType::kUint8));
     std::vector<ArenaView> views(usize());
@@ -283,8 +306,7 @@ class DeviceCommunicator {
       return pair_host_[static_cast<size_t>(other == rank() ? owner : other)] ? v.host : v.device;
     };
     // The ring in the host communicator's order (the topology's): from prev, to next.
-    const std::vector<int>& order = agreed_at_init.order;
-    pos_of_ = agreed_at_init.pos_of;
+    const std::vector<int>& order = host_.facts().order;
     const int pos = pos_of_[static_cast<size_t>(me)];
     const int prev = order[static_cast<size_t>((pos + n - 1) % n)], next = order[static_cast<size_t>((pos + 1) % n)];
     auto wired = wire_device_fifos(layout_, me, n, cfg_, views[static_cast<size_t>(me)].device, arena, prev, next);
@@ -293,12 +315,9 @@ class DeviceCommunicator {
     DCOMM_RETURN_IF_ERROR(upload(ring, &ring_conns_));
     DCOMM_RETURN_IF_ERROR(upload(sends, &send_conns_));
     DCOMM_RETURN_IF_ERROR(upload(recvs, &recv_conns_));
-    std::vector<int> block_of(order.begin(), order.end());
-    DCOMM_RETURN_IF_ERROR(upload(block_of, &block_of_));
     DCOMM_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(setup_stream_), "cudaStreamSynchronize (set-up)"));
     // Nobody writes into a peer's FIFO before every rank has mapped and zeroed its own.
-    DCOMM_RETURN_IF_ERROR(host_.barrier());
-    return start_watchdog();
+    return host_.barrier();
   }
 
   // Set-up's memory work goes on its own stream (the legacy stream's cudaMemset/cudaMemcpy
@@ -308,10 +327,10 @@ class DeviceCommunicator {
     device_allocs_.push_back(*p);
     return cuda_status(cudaMemsetAsync(*p, 0, bytes, setup_stream_), "cudaMemsetAsync");
   }
-  template <class T>
+  template <class T>  // into *out, allocated the first time (a resume's tables have set-up's sizes)
   Status upload(const std::vector<T>& v, T** out) {
-    void* p = nullptr;
-    DCOMM_RETURN_IF_ERROR(device_alloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)));
+    void* p = *out;
+    if (!p) DCOMM_RETURN_IF_ERROR(device_alloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)));
     *out = static_cast<T*>(p);
     DCOMM_RETURN_IF_ERROR(cuda_status(
         cudaMemcpyAsync(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, setup_stream_), "cudaMemcpyAsync"));
@@ -343,11 +362,12 @@ class DeviceCommunicator {
     if (error_.ok()) error_ = s;
   }
 
-  // Arguments checked on the host before anything is enqueued: the host path's checks
-  // (comm/op.hpp), then where the buffers are.
+  // Arguments checked on the host before anything is enqueued (comm/op.hpp's checks, then the buffers).
   Status precheck(const OpDesc& d) const {
     Status s = validate(d, rank(), size());
     if (s.ok()) s = error().with_context("the device communicator failed earlier");
+    if (s.ok() && suspended_)
+      s = make_error(ErrorCode::kUnsupported, "the device communicator is suspended; resume() it");
     return s.with_context([&] { return detail::cat(to_string(d.kind), " on rank ", rank()); });
   }
   Status check_buffer(const char* op, const char* which, const void* p, size_t bytes) const {
@@ -412,22 +432,17 @@ class DeviceCommunicator {
     return mark_launched(stream);
   }
   // A captured stream's work runs when its graph is launched, ordered by where that is.
-  static bool capturing(cudaStream_t stream) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    return cudaStreamIsCapturing(stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone;
-  }
   Status order_after_previous(cudaStream_t stream) {
-    if (capturing(stream)) return {};
+    if (detail::stream_capturing(stream)) return {};
     return cuda_status(cudaStreamWaitEvent(stream, launched_, 0), "cudaStreamWaitEvent (the previous launch)");
   }
   Status mark_launched(cudaStream_t stream) {
-    if (capturing(stream)) return {};
+    if (detail::stream_capturing(stream)) return {};
     return cuda_status(cudaEventRecord(launched_, stream), "cudaEventRecord");
   }
 
-  // Launches what the group (or the single call) holds, in comm/device_group.hpp's steps:
-  // everything checked first, after the previous launch, collectives in call order, then one
-  // kernel for all sends and receives, then the scratch they read is freed.
+  // Launches what the group (or the single call) holds, in comm/device_group.hpp's steps: after
+  // the previous launch, collectives in call order, one kernel for all sends and receives.
   Status flush() {
     DeviceGroup::Launch l = group_.close(rank(), plan_);
     const auto stream = static_cast<cudaStream_t>(l.stream);
@@ -474,6 +489,8 @@ class DeviceCommunicator {
   int device_;
   DeviceConfig cfg_;
   bool staged_only_ = false;
+  bool any_host_ = false;   // some pair goes through pinned host memory
+  bool suspended_ = false;  // the arenas are released (suspend())
   std::vector<int> pair_host_;
   std::vector<int> pos_of_;
   ArenaLayout layout_{};

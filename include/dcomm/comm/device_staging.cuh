@@ -19,11 +19,7 @@ struct CudaStagingOps {
   static Status host_func(void* stream, void (*fn)(void*), void* arg) {
     return cuda_status(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), fn, arg), "cudaLaunchHostFunc");
   }
-  static bool capturing(void* stream) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    return cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &cs) == cudaSuccess &&
-           cs != cudaStreamCaptureStatusNone;
-  }
+  static bool capturing(void* stream) { return detail::stream_capturing(static_cast<cudaStream_t>(stream)); }
   static void* alloc_pinned(size_t bytes) {
     void* p = nullptr;
     return cudaMallocHost(&p, bytes) == cudaSuccess ? p : nullptr;

@@ -37,6 +37,12 @@ inline Status check_device_buffer(const void* p, size_t bytes, int device, const
 }
 
 namespace detail {
+// Whether `stream` is being captured into a CUDA graph (its work then runs at the graph's launch).
+inline bool stream_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone;
+}
+
 // Makes `device` current for a scope and restores the caller's: a call on a communicator
 // must reach its own GPU whatever the calling thread had selected.
 class DeviceGuard {

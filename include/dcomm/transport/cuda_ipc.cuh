@@ -101,6 +101,8 @@ class CudaArenas {
     return cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize (arena zeroing)");
   }
 
+  // Bytes of this rank's own arenas now (device and pinned host memory): what release() frees.
+  size_t held_bytes() const { return (device_ ? bytes_ : 0) + (host_ ? bytes_ : 0); }
   // This rank's own arenas.
   Result<ArenaView> own() const {
     ArenaView v{static_cast<char*>(device_), nullptr};
