@@ -230,7 +230,8 @@ i=0
 while IFS= read -r name; do
   i=$((i + 1))
   cap=30
-  case $name in *"every type, op and collective"* | *"pinned host memory"* | *"CUDA IPC"* | *"reduction kernels"*) cap=60 ;; esac
+  case $name in *"every type, op and collective"* | *"pinned host memory"* | *"reduction kernels"*) cap=60 ;; esac
+  case $name in *"collectives on device memory: processes"*) cap=90 ;; esac
   # doctest filters split at commas: '?' matches one character, the comma included.
   step "test$(printf %02d $i)" $cap 10 "$TEST" "--test-case=${name//,/?}" --duration=true
   rc=$?

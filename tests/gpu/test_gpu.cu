@@ -193,7 +193,7 @@ int device_collectives(DeviceCommunicator& d, DataType t, const std::vector<size
 }
 
 // The full matrix on one rank: every type. Counts: 0, 1, a prime, and one spanning several
-// rounds of every channel's slots (the environment sets small slots). `quick`: four types and
+// rounds of every channel's slots (the environment sets small slots). `quick`: two types and
 // two counts, for processes, whose CUDA contexts take turns on a shared GPU (no MPS). Returns
 // what failed ("" when nothing did).
 std::string device_matrix(DeviceCommunicator& d, cudaStream_t s, bool quick = false) {
@@ -206,9 +206,7 @@ std::string device_matrix(DeviceCommunicator& d, cudaStream_t s, bool quick = fa
   int bad = 0;
   for (int t = 0; t < kNumDataTypes; ++t) {
     const auto type = static_cast<DataType>(t);
-    if (quick && type != DataType::kFloat32 && type != DataType::kBfloat16 && type != DataType::kFloat8E5M2 &&
-        type != DataType::kInt64)
-      continue;
+    if (quick && type != DataType::kFloat32 && type != DataType::kBfloat16) continue;
     bad += dispatch_type(type, [&]<class T>() { return device_collectives<T>(d, type, counts, a.p, b.p, s, log); });
   }
   return bad ? detail::cat(bad, " failures\n", log) : std::string();
@@ -698,11 +696,13 @@ TEST_CASE("one-sided windows on device memory: processes sharing one GPU through
   run_processes("--gpu-one-sided-worker", 2, {}, std::chrono::seconds(20));
 }
 
-// Last: the slowest case (both sizes inside the GPU check's 60 s cap for it).
+// Last: the slowest case. Processes take turns on the GPU, so every call costs time slices:
+// two types (the threads cases cover them all), and on the first H200 run 2 processes took
+// 22 s with four types.
 TEST_CASE("collectives on device memory: processes sharing one GPU through CUDA IPC") {
   for (int n : {2, 3}) {
     CAPTURE(n);
-    run_processes("--gpu-worker", n, {}, std::chrono::seconds(25));
+    run_processes("--gpu-worker", n, {}, std::chrono::seconds(40));
   }
 }
 
