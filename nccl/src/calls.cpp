@@ -99,8 +99,7 @@ Status run_device(ncclComm* c, const Call& k) {
       auto scratch = adapter::device_scratch(d, k.count * k.elem() * static_cast<size_t>(c->size()), s);
       if (!scratch.ok()) return scratch.status();
       copy = *scratch;
-      cudaMemcpyAsync(copy, k.send, k.count * k.elem() * static_cast<size_t>(c->size()), cudaMemcpyDeviceToDevice,
-                      static_cast<cudaStream_t>(s));
+      DCOMM_RETURN_IF_ERROR(adapter::device_copy(copy, k.send, k.count * k.elem() * static_cast<size_t>(c->size()), s));
       send = copy;
     }
     Call from = k;

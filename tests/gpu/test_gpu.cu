@@ -668,6 +668,52 @@ TEST_CASE("one-sided windows on device memory: put, signal, wait and peer pointe
   }
 }
 
+// The first H200 run: a put (then cudaMemcpyAsync) issued while the peer's wait kernel was
+// already spinning on the same GPU waited for that wait's deadline (CUDA does not run a copy
+// between two addresses of one GPU beside other streams' work). Rank 1's wait is enqueued
+// and spinning before rank 0 puts; it must end with the data (before, it ended at the deadline).
+TEST_CASE("one-sided windows on device memory: a put lands while the peer's wait already spins on the same GPU") {
+  auto comms = Communicator::create_local(2, test_config());
+  REQUIRE(comms.ok());
+  std::vector<std::string> failed(2);
+  on_ranks(*comms, [&](Communicator& c) {
+    CudaFailures cuda;
+    cudaSetDevice(0);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    auto o = DeviceOneSided::create(c, 0);
+    std::string& why = failed[static_cast<size_t>(c.rank())];
+    if (!o.ok()) return void(why = o.status().message());
+    const size_t n = 1 << 20;
+    {
+      DeviceBuf<float> window(n), src(n);
+      src.put(std::vector<float>(n, 7.f), s);
+      auto id = (*o)->register_window(window.p, n * sizeof(float));
+      if (!id.ok()) return void(why = id.status().message());
+      if (c.rank() == 1) {
+        Status st = (*o)->wait({{3, 0, 2, 0}}, s);
+        c.barrier().ignore();  // the wait is enqueued (and running) before rank 0 puts
+        CUDA_OK(cudaStreamSynchronize(s));
+        if (!st.ok() || !(*o)->error().ok()) why = "wait: " + st.message() + (*o)->error().message();
+        const auto got = window.get(n, s);
+        if (why.empty() && (got[0] != 7.f || got[n - 1] != 7.f)) why = detail::cat("window holds ", got[0]);
+      } else {
+        c.barrier().ignore();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        for (int i = 0; i < 3 && why.empty(); ++i)
+          if (Status st = (*o)->put(src.p, n * sizeof(float), 1, *id, 0, 2, 0, s); !st.ok()) why = st.message();
+        CUDA_OK(cudaStreamSynchronize(s));
+      }
+      c.barrier().ignore();
+    }
+    o->reset();
+    cudaStreamDestroy(s);
+    why += cuda.text();
+  });
+  for (int r = 0; r < 2; ++r)
+    CHECK_MESSAGE(failed[static_cast<size_t>(r)].empty(), "rank ", r, ": ", failed[static_cast<size_t>(r)]);
+}
+
 TEST_CASE("one-sided windows on device memory: a wait for a signal that never comes ends at the deadline, naming it") {
   auto comms = Communicator::create_local(2, test_config(TransportChoice::kAuto, std::chrono::milliseconds(300)));
   REQUIRE(comms.ok());

@@ -49,6 +49,9 @@ size_t device_arena_bytes(DeviceHandle* d);
 Result<void*> device_scratch(DeviceHandle* d, size_t bytes, void* stream);
 Status device_scale(void* dst, const void* src, size_t count, DataType type, const void* factor, bool factor_on_device,
                     void* stream);
+// dst = src (bytes of device memory) by a kernel on `stream`: unlike cudaMemcpyAsync between two
+// addresses of one GPU, it runs beside other streams' kernels (a thread rank's peers may wait).
+Status device_copy(void* dst, const void* src, size_t bytes, void* stream);
 
 // One-sided windows on device memory (comm/device_one_sided.cuh), stream-ordered.
 struct DeviceWindows;                                                                        // a DeviceOneSided

@@ -63,6 +63,9 @@ Status device_scale(void* dst, const void* src, size_t count, DataType type, con
                     void* stream) {
   return scale_on_device(dst, src, count, type, factor, factor_on_device, as_stream(stream));
 }
+Status device_copy(void* dst, const void* src, size_t bytes, void* stream) {
+  return copy_on_device(dst, nullptr, src, bytes, as_stream(stream));
+}
 
 struct DeviceWindows {
   std::unique_ptr<DeviceOneSided> one;

@@ -7,7 +7,7 @@
 // plain pointer for a rank of this process, a CUDA IPC handle for another. register_window
 // (collective) shares every rank's buffer likewise (its allocation's IPC handle and the offset
 // into it), so each rank holds a pointer to every reachable peer's part. On `stream`:
-// - put: a copy into the peer's window (the copy engines), then, if asked, a one-thread kernel
+// - put: a copy kernel into the peer's window, then, if asked, a one-thread kernel
 //   that adds 1 to the peer's counter at system scope after a system fence; the copy is done
 //   before the kernel starts (stream order), so a waiter that sees the count sees the data;
 // - wait: a one-thread kernel that polls this rank's counters until each has risen by its
@@ -34,6 +34,7 @@
 #include "dcomm/comm/one_sided.hpp"
 #include "dcomm/core/cuda.cuh"
 #include "dcomm/prims/device_prims.hpp"
+#include "dcomm/reduce/kernels.cuh"
 #include "dcomm/transport/cuda_ipc.cuh"
 
 DCOMM_NAMESPACE_BEGIN
@@ -183,10 +184,18 @@ class DeviceOneSided {
     if (offset > w->bytes || bytes > w->bytes - offset)
       return invalid_argument("put on rank ", comm_.rank(), ": ", bytes, " bytes at offset ", offset, " run past rank ",
                               peer, "'s window of ", w->bytes, " bytes");
+    DCOMM_RETURN_IF_ERROR(check_device_buffer(src, bytes, device_, "the source").with_context([&] {
+      return detail::cat("put on rank ", comm_.rank());
+    }));
     detail::DeviceGuard on(device_);
+    // A copy kernel, not cudaMemcpyAsync: a copy between two addresses of one GPU's memory
+    // does not run beside other streams' work (CUDA's implicit synchronization), so with a
+    // peer's wait kernel already spinning on the same GPU it waited for that wait's deadline
+    // (seen on the first H200 run).
     if (bytes)
-      DCOMM_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(w->at + offset, src, bytes, cudaMemcpyDefault, stream),
-                                        detail::cat("put to ", comm_.peer(peer).describe(), ": cudaMemcpyAsync")));
+      DCOMM_RETURN_IF_ERROR(copy_on_device(w->at + offset, nullptr, src, bytes, stream).with_context([&] {
+        return detail::cat("put to ", comm_.peer(peer).describe());
+      }));
     DCOMM_RETURN_IF_ERROR(signal >= 0 ? add_signal(peer, signal, context, stream) : Status{});
     return note_launch(stream);
   }
