@@ -2,12 +2,14 @@
 // body(rank) in n children and returns 0 when every one exited 0. Fork before anything of
 // dcomm exists in the parent (its threads would not follow). run_forked_with_id also hands
 // every rank the text of one dcomm::UniqueId, and count_and_max_bytes reads the arguments the
-// benchmarks share.
+// benchmarks share; median and slowest_seconds are how they report a pass.
 #pragma once
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -62,4 +64,23 @@ inline bool count_and_max_bytes(int argc, char** argv, int* count, size_t* max_b
     *max_bytes = static_cast<size_t>(*v);
   }
   return true;
+}
+
+// The median of the passes (the upper middle one of an even count).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds for body() (a dcomm::Status), the slowest rank's: every rank calls it, after a
+// barrier. A rank whose body failed prints why and counts 1e9 s.
+template <class F>
+double slowest_seconds(dcomm::Communicator& c, F&& body) {
+  c.barrier().ignore();
+  const auto t = std::chrono::steady_clock::now();
+  dcomm::Status s = body();
+  double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", c.rank(), s.message().c_str()), sec = 1e9;
+  c.all_reduce(&sec, &sec, 1, dcomm::DataType::kFloat64, dcomm::ReduceOp::kMax).ignore();
+  return sec;
 }

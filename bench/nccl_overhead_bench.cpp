@@ -20,11 +20,6 @@
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 int iterations_for(size_t bytes) {
   return bytes <= 65536 ? 2000 : bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 20 : 5;
 }

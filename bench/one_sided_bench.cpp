@@ -22,25 +22,6 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Seconds for body(), the slower rank's.
-template <class F>
-double timed(dcomm::Communicator& c, F&& body) {
-  c.barrier().ignore();
-  auto t = Clock::now();
-  dcomm::Status s = body();
-  double sec = std::chrono::duration<double>(Clock::now() - t).count();
-  if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", c.rank(), s.message().c_str()), sec = 1e9;
-  c.all_reduce(&sec, &sec, 1, dcomm::DataType::kFloat64, dcomm::ReduceOp::kMax).ignore();
-  return sec;
-}
-
 int run_rank(int rank, const std::string& id_text, int passes, size_t max_bytes) {
   auto id = dcomm::UniqueId::parse(id_text);
   if (!id.ok()) return 4;
@@ -73,14 +54,14 @@ int run_rank(int rank, const std::string& id_text, int passes, size_t max_bytes)
       };
     };
     for (int p = 0; p < passes; ++p) {
-      t_p2p.push_back(timed(c, [&]() -> dcomm::Status {
+      t_p2p.push_back(slowest_seconds(c, [&]() -> dcomm::Status {
         for (int i = 0; i < iters; ++i)
           DCOMM_RETURN_IF_ERROR(rank == 0 ? c.send(src.data(), bytes, dcomm::DataType::kUint8, 1)
                                           : c.recv(heap.data(), bytes, dcomm::DataType::kUint8, 0));
         return {};
       }));
-      t_shared.push_back(timed(c, puts(*win_shared)));
-      t_heap.push_back(timed(c, puts(*win_heap)));
+      t_shared.push_back(slowest_seconds(c, puts(*win_shared)));
+      t_heap.push_back(slowest_seconds(c, puts(*win_heap)));
     }
     const double gb = static_cast<double>(bytes) * iters / 1e9;
     const double p2p = gb / median(t_p2p), sh = gb / median(t_shared), hp = gb / median(t_heap);

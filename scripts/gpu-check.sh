@@ -115,7 +115,8 @@ build() {
   rm -rf "$BIN" && mkdir -p "$BIN/lib"
   [ -n "$keep_torch" ] && mv "$keep_torch/torch" "$BIN/" && rmdir "$keep_torch"
   local t built=()
-  for t in test_gpu dcomm-bench dcomm-micro-kernel_bench dcomm_nccl nccl_local_test nccl_api_2_30_test; do
+  for t in test_gpu dcomm-bench dcomm-micro-kernel_bench dcomm_nccl nccl_local_test nccl_api_2_30_test \
+    dcomm-device-one-sided-bench; do
     if cmake --build "$build" --target "$t" -j "$(nproc)" >"$build/build-$t.log" 2>&1; then
       built+=("$t")
     else
@@ -299,6 +300,11 @@ if [ -x "$BIN/dcomm-micro-kernel_bench" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
     --benchmark_out="$CS_WORK/kernels.json" --benchmark_out_format=json --benchmark_min_time=0.1
 else
   cs_record kernels skipped 0 "dcomm-micro-kernel_bench was not built (no Google Benchmark)"
+fi
+
+# 6b. One-sided put + signal on device memory against send/recv and the device copy.
+if [ -x "$BIN/dcomm-device-one-sided-bench" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
+  step one_sided 30 10 "$BIN/dcomm-device-one-sided-bench" 3 64M
 fi
 
 # 7. The other collectives, and 4 ranks.

@@ -94,3 +94,11 @@ if tunes:
 r = rows(load("all_reduce_2_procs.json"))
 print(f"all_reduce 2 processes 64 MiB: {r[-1]['time_us']:.0f} us, busbw {r[-1]['busbw']:.0f} GB/s, #wrong {r[-1]['wrong']}"
       if r else "all_reduce 2 processes: no results")
+try:
+    with open(os.path.join(work, "one_sided.log")) as f:
+        table = [line.rstrip() for line in f if line.strip() and (line.lstrip()[0].isdigit() or "size" in line)]
+except OSError:
+    table = []
+print("one-sided put+signal on device memory, 2 ranks on one GPU:" if table else "one-sided: no results")
+for line in table:
+    print("  " + line)
