@@ -171,7 +171,8 @@ esac
 OUT=${1:-$ROOT/build-gpu/out}
 [ "$OUT" = --dry-run ] && OUT=$(mktemp -d)
 ulimit -c 0
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1  # a crash in Python prints where it was
+CS_ONLY=${DCOMM_GPU_CHECK_STEPS:-}  # a regex: only those steps (a rerun of what failed)
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}  # thread ranks each have a stream
 if [ "${CS_DRY_RUN:-0}" != 1 ]; then
   # The GPU, its driver and compute mode first: a GPU in exclusive-process mode refuses two
@@ -327,9 +328,19 @@ if [ -n "$TORCH_HAS" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
   fi
   step torch_build 150 40 env DCOMM_TORCH_CUDA=1 MAX_JOBS="$(nproc)" "${prebuilt[@]}" bash -c \
     "cd '$ROOT/python' && python3 setup.py -q build_ext -b '$TORCH_PKG' -t '$ROOT/build-gpu/torch-tmp' && cp dcomm_torch/__init__.py '$TORCH_PKG/dcomm_torch/'"
-  if [ -f "$TORCH_PKG/dcomm_torch/__init__.py" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
-    step torch_gpu_2 90 30 env PYTHONPATH="$TORCH_PKG" DCOMM_TORCH_TEST_TIMEOUT_S=60 python3 -m torch.distributed.run \
+  torch_gpu() {
+    step "$1" 90 30 env PYTHONPATH="$TORCH_PKG" DCOMM_TORCH_TEST_TIMEOUT_S=60 python3 -m torch.distributed.run \
       --standalone --nproc_per_node 2 "$ROOT/tests/torch/backend_checks.py" gpu
+  }
+  if [ -f "$TORCH_PKG/dcomm_torch/__init__.py" ] || [ "${CS_DRY_RUN:-0}" = 1 ]; then
+    torch_gpu torch_gpu_2
+    # A crash with the prebuilt core: once more with the whole backend compiled here, which
+    # tells a fault of the mix (two compilers, two sets of flags) from one of the backend.
+    if [ $? -ne 0 ] && [ ${#prebuilt[@]} -gt 0 ]; then
+      step torch_build_whole 150 60 env DCOMM_TORCH_CUDA=1 MAX_JOBS="$(nproc)" bash -c \
+        "cd '$ROOT/python' && python3 setup.py -q build_ext -b '$TORCH_PKG' -t '$ROOT/build-gpu/torch-tmp-whole' && cp dcomm_torch/__init__.py '$TORCH_PKG/dcomm_torch/'" &&
+        torch_gpu torch_gpu_2_whole
+    fi
   fi
 else
   cs_record torch skipped 0 "python3 here has no CUDA torch 2.x"

@@ -14,6 +14,8 @@
 #                                  to the end of that step's log (what was still on the GPU)
 #   CS_DRY_RUN=1                   cs_step runs nothing: it prints the step and its cap, and
 #                                  the table adds the caps up against the budget
+#   CS_ONLY=REGEX                  only the steps whose names match (grep -E); the others are
+#                                  listed as skipped, not selected
 #
 # Exit codes of a step: 0 ok, 77 skipped by the step itself, 124/137 killed at its limit.
 # Steps run in the background and are waited for, so a signal reaches the trap at once
@@ -51,6 +53,10 @@ cs_record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$CS_RESULTS"; }
 cs_step() {
   local name=$1 cap=$2 min=$3
   shift 3
+  if [ -n "${CS_ONLY:-}" ] && ! grep -qE "$CS_ONLY" <<<"$name"; then
+    cs_record "$name" skipped 0 "not selected (CS_ONLY=$CS_ONLY)"
+    return 75
+  fi
   if [ "${CS_DRY_RUN:-0}" = 1 ]; then
     CS_CAPS=$((${CS_CAPS:-0} + cap))
     cs_record "$name" planned "$cap" "ends by ${CS_CAPS}s at the latest$( ((CS_CAPS > CS_BUDGET)) && echo ' (past the budget: cut or skipped if the steps before take their caps)'): $*"
