@@ -26,6 +26,11 @@ if want_cuda == "1" and not have_cuda:
 csrc = os.path.join("dcomm_torch", "csrc")
 sources = [os.path.join(csrc, f) for f in ("module.cpp", "process_group.cpp", "backend_hooks.cpp", "window.cpp")]
 cxx = ["-std=c++20", "-O3", "-g0", "-Wno-deprecated-declarations"]
+# The symbols of static archives linked in stay inside the module: a toolchain that links its
+# own libstdc++ statically (the GPU machine's /opt/gcc did) would otherwise export that copy's
+# locale and stream internals, the process's libstdc++ (torch's) would bind to one half and
+# this module to the other, and the first ostringstream crashed (the first H200 run).
+link = ["-Wl,--exclude-libs,ALL"]
 macros = []
 # DCOMM_TORCH_PREBUILT: a static archive of the CUDA build's sources that need no Python
 # (process_group.cpp, backend_hooks.cpp, window.cpp, cuda_path.cpp, device_glue.cu), compiled against this same torch's
@@ -45,10 +50,10 @@ if cuda:
         sources += [os.path.join(csrc, "cuda_path.cpp"), os.path.join(csrc, "device_glue.cu")]
     ext = cpp_extension.CUDAExtension("dcomm_torch._C", sources, include_dirs=[include], define_macros=macros,
                                       extra_compile_args={"cxx": cxx, "nvcc": nvcc}, libraries=["crypto"],
-                                      extra_objects=extra_objects)
+                                      extra_objects=extra_objects, extra_link_args=link)
 else:
     ext = cpp_extension.CppExtension("dcomm_torch._C", sources, include_dirs=[include], define_macros=macros,
-                                     extra_compile_args=cxx, libraries=["crypto"])
+                                     extra_compile_args=cxx, libraries=["crypto"], extra_link_args=link)
 
 setup(
     name="dcomm_torch",
