@@ -50,6 +50,7 @@
 #include <dcomm/dcomm.cuh>
 #endif
 
+#include "../tools/cli.hpp"
 #include "peers/step_shapes.hpp"
 #include "support/values.hpp"
 
@@ -89,56 +90,93 @@ struct Options {
   std::string steps;        // -B: ddp_step's buckets, fsdp_step's units
 };
 
-[[noreturn]] void usage(const char* msg) {
-  std::fprintf(
-      stderr,
-      "dcomm-bench: %s\nusage: dcomm-bench [all_reduce|reduce_scatter|all_gather|broadcast|reduce|"
-      "send_recv|all_to_all|ddp_step|fsdp_step] [-N ranks] [-b minbytes] [-e maxbytes] [-f factor] "
-      "[-o sum|prod|min|max|avg] [-d type] [-r root] [-n iters] [-w warmup] [-c 0|1] [-J file.json] [-M 0|1] [-R 0|1] "
-      "[-g gpus] [-t threads] [-B sizes]\n",
-      msg);
-  std::exit(2);
+dcomm_cli::Cli& command_line() {
+  static dcomm_cli::Cli cli(
+      "dcomm-bench", "[collective] [flags]",
+      "Bus bandwidth of dcomm's collectives, with nccl-tests' flags and columns. Started under torchrun,\n"
+      "mpirun or srun it is one rank of that job; started plainly it launches -N local ranks of itself.");
+  return cli;
 }
+[[noreturn]] void usage(const std::string& why) { command_line().fail(why); }
 
 Options parse(int argc, char** argv) {
   Options o;
-  int i = 1;
-  if (i < argc && argv[i][0] != '-') o.coll = argv[i++];
-  for (; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (i + 1 >= argc) usage(("missing value after " + flag).c_str());
-    std::string v = argv[++i];
-    auto size = [&] {
-      auto s = parse_size(v, flag.c_str());
-      if (!s.ok() || *s < 0) usage(s.ok() ? "negative size" : s.status().message().c_str());
-      return static_cast<size_t>(*s);
+  auto size = [](size_t* out) {
+    return [out](const std::string& v) -> std::string {
+      auto s = parse_size(v, "size");
+      if (!s.ok()) return s.status().message();
+      if (*s < 0) return "negative size";
+      *out = static_cast<size_t>(*s);
+      return "";
     };
-    if (flag == "-N") o.ranks = std::atoi(v.c_str());
-    else if (flag == "-b") o.min_bytes = size();
-    else if (flag == "-e") o.max_bytes = size();
-    else if (flag == "-f") o.factor = std::atof(v.c_str());
-    else if (flag == "-r") o.root = std::atoi(v.c_str());
-    else if (flag == "-n") o.iters = std::atoi(v.c_str());
-    else if (flag == "-w") o.warmup = std::atoi(v.c_str());
-    else if (flag == "-c") o.check = v != "0";
-    else if (flag == "-J") o.json = v;
-    else if (flag == "-M") o.memory = v != "0";
-    else if (flag == "-R") o.registered = v != "0";
-    else if (flag == "-g") o.gpus = std::atoi(v.c_str());
-    else if (flag == "-t") o.threads = std::atoi(v.c_str());
-    else if (flag == "-B") o.steps = v;
-    else if (flag == "-o") {
-      auto op = parse_reduce_op(v);
-      if (!op) usage(("unknown op " + v).c_str());
-      o.op = *op;
-    } else if (flag == "-d") {
-      auto t = parse_data_type(v);
-      if (!t) usage(("unknown type " + v).c_str());
-      o.type = *t;
-    } else {
-      usage(("unknown flag " + flag).c_str());
-    }
-  }
+  };
+  auto integer = [](int* out) {
+    return [out](const std::string& v) -> std::string {
+      *out = std::atoi(v.c_str());
+      return "";
+    };
+  };
+  auto yes = [](bool* out) {
+    return [out](const std::string& v) -> std::string {
+      *out = v != "0";
+      return "";
+    };
+  };
+  command_line()
+      .words(
+          "collective: all_reduce (default), reduce_scatter, all_gather, broadcast, reduce, send_recv,\n"
+          "  all_to_all, ddp_step, fsdp_step (a training step's calls, as DDP and FSDP make them)",
+          [&](const std::string& v) -> std::string {
+            o.coll = v;
+            return "";
+          })
+      .flag("-N", "ranks", "local ranks to launch as processes (default 2)", integer(&o.ranks))
+      .flag("-b", "bytes", "smallest size; K, M, G suffixes (default 32M)", size(&o.min_bytes))
+      .flag("-e", "bytes", "largest size (default 32M)", size(&o.max_bytes))
+      .flag("-f", "factor", "size multiplier from one row to the next (default 2)",
+            [&](const std::string& v) -> std::string {
+              o.factor = std::atof(v.c_str());
+              return "";
+            })
+      .flag("-o", "op", "sum, prod, min, max or avg (default sum)",
+            [&](const std::string& v) -> std::string {
+              auto op = parse_reduce_op(v);
+              if (!op) return "unknown op " + v;
+              o.op = *op;
+              return "";
+            })
+      .flag("-d", "type",
+            "int8 uint8 int32 uint32 int64 uint64 float16|half bfloat16|bf16 float32|float\n"
+            "float64|double float8_e4m3 float8_e5m2 (default float32)",
+            [&](const std::string& v) -> std::string {
+              auto t = parse_data_type(v);
+              if (!t) return "unknown type " + v;
+              o.type = *t;
+              return "";
+            })
+      .flag("-r", "root", "root rank of broadcast and reduce (default 0)", integer(&o.root))
+      .flag("-n", "iters", "timed iterations per size (default 20)", integer(&o.iters))
+      .flag("-w", "warmup", "untimed iterations before them (default 5)", integer(&o.warmup))
+      .flag("-c", "0|1", "check every result exactly (default 1)", yes(&o.check))
+      .flag("-J", "file", "also write the results as JSON, as nccl-tests' -J",
+            [&](const std::string& v) -> std::string {
+              o.json = v;
+              return "";
+            })
+      .flag("-M", "0|1", "report the staging memory each rank holds (the largest over ranks)", yes(&o.memory))
+      .flag("-R", "0|1", "buffers from dcomm::mem_alloc, as nccl-tests' -R registers them", yes(&o.registered))
+      .flag("-g", "gpus", "on CUDA device memory, rank r on GPU (local rank mod gpus); needs a CUDA build",
+            integer(&o.gpus))
+      .flag("-t", "threads", "this many ranks as threads of this process, instead of -N processes", integer(&o.threads))
+      .flag("-B", "sizes", "ddp_step's buckets or fsdp_step's units, e.g. 1M,25M,25M or 8x32M",
+            [&](const std::string& v) -> std::string {
+              o.steps = v;
+              return "";
+            })
+      .epilog(
+          "size is the bytes of the largest buffer, as in nccl-tests; time is the mean per iteration, the\n"
+          "slowest rank's; algbw = size / time; busbw = algbw x the collective's factor (docs/benchmarking.md).")
+      .parse(argc, argv);
   static const char* kColls[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce",
                                  "send_recv",  "all_to_all",     "ddp_step",   "fsdp_step"};
   auto known = std::find(std::begin(kColls), std::end(kColls), o.coll);
@@ -146,7 +184,7 @@ Options parse(int argc, char** argv) {
   o.kind = static_cast<Coll>(known - std::begin(kColls));
   if (o.ranks < 1 || o.iters < 1 || o.warmup < 0 || o.factor <= 1 || o.min_bytes > o.max_bytes || o.gpus < 0 ||
       o.threads < 0)
-    usage("bad numbers");
+    usage("bad numbers: -N and -n at least 1, -w and -g and -t at least 0, -f above 1, -b at most -e");
 #if !DCOMM_HAS_CUDA
   if (o.gpus > 0) usage("-g: this dcomm-bench was built without CUDA (configure with the CUDA toolkit)");
 #endif

@@ -16,12 +16,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <dcomm/comm/cost_model.hpp>
 #include <dcomm/sim/recorder.hpp>
 #include <dcomm/sim/simulator.hpp>
 
+#include "cli.hpp"
 #include "sim_plan.hpp"
 
 using namespace dcomm;
@@ -70,37 +72,44 @@ int main(int argc, char** argv) {
   double wake_us = 2.5, step_cpu_us = 0.1;
   int slots = Config{}.slots;  // the FIFOs' depth, which bounds how far the double tree runs one tree ahead
   size_t max_slices = 32;      // at scale, the trees' slices a call at most (0: slot-sized, as the host runs them)
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-n" && i + 1 < argc) {
-      ranks.clear();
-      for (auto& r : split(argv[++i])) ranks.push_back(std::atoi(r.c_str()));
-    } else if (a == "-s" && i + 1 < argc) {
-      sizes.clear();
-      for (auto& s : split(argv[++i])) sizes.push_back(bytes_of(s));
-    } else if (a == "--local" && i + 1 < argc) {
-      local = true;
-      int n = std::atoi(argv[++i]);
-      ranks = {n};
-      sizes = {8, 512, 4096, 32768, 512 << 10, 4 << 20, 32 << 20};
-      net.ranks_per_host = n;
-    } else if (a == "--cores" && i + 1 < argc) {
-      cores = std::atoi(argv[++i]);
-    } else if (a == "--slots" && i + 1 < argc) {
-      slots = std::atoi(argv[++i]);
-    } else if (a == "--max-slices" && i + 1 < argc) {
-      max_slices = static_cast<size_t>(std::atol(argv[++i]));
-    } else if (a == "--wake" && i + 1 < argc) {
-      wake_us = std::atof(argv[++i]);
-    } else if (a == "--step-cpu" && i + 1 < argc) {
-      step_cpu_us = std::atof(argv[++i]);
-    } else {
-      std::fprintf(stderr,
-                   "usage: dcomm-sim [-n ranks,...] [-s bytes,...] [--slots n] [--max-slices n] [--local ranks "
-                   "[--cores c] [--wake us] [--step-cpu us]]\n");
-      return 2;
-    }
-  }
+  auto number = [](auto* out) {
+    return [out](const std::string& v) -> std::string {
+      *out = static_cast<std::remove_pointer_t<decltype(out)>>(std::atof(v.c_str()));
+      return "";
+    };
+  };
+  dcomm_cli::Cli("dcomm-sim", "[flags] | plan [flags]",
+                 "dcomm's all_reduce algorithms simulated at scale without moving data: predicted time per\n"
+                 "algorithm by size and rank count, every rank's result checked symbolically. `dcomm-sim plan\n"
+                 "--help`: a training step's gradient all-reduce on a cluster.")
+      .flag("-n", "ranks,...", "rank counts (default 1024,65536; 8-GPU hosts, 400 Gb/s per NIC)",
+            [&](const std::string& v) -> std::string {
+              ranks.clear();
+              for (auto& r : split(v)) ranks.push_back(std::atoi(r.c_str()));
+              return "";
+            })
+      .flag("-s", "bytes,...", "sizes; K, M, G suffixes (default 8,1M,1G)",
+            [&](const std::string& v) -> std::string {
+              sizes.clear();
+              for (auto& b : split(v)) sizes.push_back(bytes_of(b));
+              return "";
+            })
+      .flag("--slots", "n", "FIFO depth (DCOMM_SLOTS), which bounds how far the double tree runs ahead", number(&slots))
+      .flag("--max-slices", "n", "at scale, the trees' slices a call at most (0: slot-sized, as the host runs them)",
+            number(&max_slices))
+      .flag("--local", "ranks", "one host of this many CPU ranks sharing this machine's cores instead",
+            [&](const std::string& v) -> std::string {
+              local = true;
+              const int n = std::atoi(v.c_str());
+              ranks = {n};
+              sizes = {8, 512, 4096, 32768, 512 << 10, 4 << 20, 32 << 20};
+              net.ranks_per_host = n;
+              return "";
+            })
+      .flag("--cores", "c", "--local: the cores the ranks share (default this process's)", number(&cores))
+      .flag("--wake", "us", "--local: the wake-up after a wait (default 2.5)", number(&wake_us))
+      .flag("--step-cpu", "us", "--local: the processor time of a step (default 0.1)", number(&step_cpu_us))
+      .parse(argc, argv);
   const LinkModel model;
   auto local_net = [&]() {  // the CPU model
     SimNetwork m = net;

@@ -22,12 +22,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <dcomm/comm/algorithm_choice.hpp>
 #include <dcomm/comm/cost_model.hpp>
 #include <dcomm/sim/recorder.hpp>
 #include <dcomm/sim/simulator.hpp>
+
+#include "cli.hpp"
 
 namespace dcomm_sim {
 
@@ -65,33 +68,35 @@ inline std::string mib(double bytes) {
 template <class Bytes>
 int run_plan(int argc, char** argv, Bytes bytes_of) {
   PlanArgs a;
-  for (int i = 2; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) break;
-    const char* v = argv[++i];
-    if (k == "--grad") a.grad_bytes = static_cast<double>(bytes_of(v));
-    else if (k == "--bucket") a.bucket_bytes = static_cast<double>(bytes_of(v));
-    else if (k == "--compute-ms") a.compute_ms = std::atof(v);
-    else if (k == "--hosts") a.hosts = std::atoi(v);
-    else if (k == "--gpus") a.gpus = std::atoi(v);
-    else if (k == "--local-gbs") a.local_gbs = std::atof(v);
-    else if (k == "--local-us") a.local_us = std::atof(v);
-    else if (k == "--nic-gbps") a.nic_gbps = std::atof(v);
-    else if (k == "--nics") a.nics = std::atoi(v);
-    else if (k == "--net-us") a.net_us = std::atof(v);
-    else {
-      std::fprintf(stderr, "dcomm-sim plan: unknown option %s\n", k.c_str());
-      return 2;
-    }
-  }
+  auto number = [](auto* out) {
+    return [out](const std::string& v) -> std::string {
+      *out = static_cast<std::remove_pointer_t<decltype(out)>>(std::atof(v.c_str()));
+      return "";
+    };
+  };
+  auto bytes = [&](double* out) {
+    return [out, bytes_of](const std::string& v) -> std::string {
+      *out = static_cast<double>(bytes_of(v));
+      return "";
+    };
+  };
+  dcomm_cli::Cli cli("dcomm-sim plan", "--grad BYTES --bucket BYTES --compute-ms MS --hosts H --gpus G [flags]",
+                     "A training step's gradient all-reduce on a cluster: every algorithm simulated and checked,\n"
+                     "the step's communication time against its compute.");
+  cli.flag("--grad", "BYTES", "the gradients' bytes; K, M, G suffixes (required)", bytes(&a.grad_bytes))
+      .flag("--bucket", "BYTES", "DDP's bucket size (default 25M)", bytes(&a.bucket_bytes))
+      .flag("--compute-ms", "MS", "the step's compute, which communication overlaps (required)", number(&a.compute_ms))
+      .flag("--hosts", "H", "hosts (required)", number(&a.hosts))
+      .flag("--gpus", "G", "GPUs a host (required)", number(&a.gpus))
+      .flag("--local-gbs", "GB/s", "bandwidth between the GPUs of a host (default 150)", number(&a.local_gbs))
+      .flag("--local-us", "US", "latency between the GPUs of a host (default 1)", number(&a.local_us))
+      .flag("--nic-gbps", "Gb/s", "a NIC's bandwidth (default 400)", number(&a.nic_gbps))
+      .flag("--nics", "N", "NICs a host (default 8)", number(&a.nics))
+      .flag("--net-us", "US", "latency between hosts (default 5)", number(&a.net_us))
+      .parse(argc, argv, 2);
   if (a.grad_bytes < 4 || a.bucket_bytes < 4 || a.compute_ms < 0 || a.hosts < 1 || a.gpus < 1 || a.nics < 1 ||
-      a.local_gbs <= 0 || a.nic_gbps <= 0) {
-    std::fprintf(stderr,
-                 "usage: dcomm-sim plan --grad BYTES --bucket BYTES --compute-ms MS --hosts H --gpus G "
-                 "[--local-gbs GB/s] [--local-us US] [--nic-gbps Gb/s] [--nics N] [--net-us US]\n"
-                 "  (--grad, --compute-ms, --hosts and --gpus are required; sizes take K, M, G)\n");
-    return 2;
-  }
+      a.local_gbs <= 0 || a.nic_gbps <= 0)
+    cli.fail("--grad, --compute-ms, --hosts and --gpus are required; sizes at least 4 bytes, counts at least 1");
   using namespace dcomm;
   const int n = a.hosts * a.gpus;
   SimNetwork net;
