@@ -34,6 +34,35 @@ TEST_CASE("async calls run in order and complete; test() turns true") {
   });
 }
 
+// Every asynchronous variant, queued together and waited at the end, each result exact: a
+// broadcast from rank 1, a reduce to rank 2, a reduce_scatter, and a ring shift as one p2p batch.
+TEST_CASE("broadcast_async, reduce_async, reduce_scatter_async and p2p_async queue in order and complete") {
+  const int n = 3;
+  auto comms = Communicator::create_local(n, test_config());
+  REQUIRE(comms.ok());
+  on_ranks(*comms, [&](Communicator& c) {
+    const int r = c.rank();
+    std::vector<int32_t> bc(1000, r == 1 ? 42 : -1), red_in(1000, r + 1), red_out(1000, -1), rs_in(3 * 500),
+        rs_out(500, -1), mine(700, r), theirs(700, -1);
+    for (size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = static_cast<int32_t>(i) + r;
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    std::vector<Work> works;
+    works.push_back(c.broadcast_async(bc.data(), bc.data(), bc.size(), DataType::kInt32, 1));
+    works.push_back(c.reduce_async(red_in.data(), red_out.data(), red_in.size(), DataType::kInt32, ReduceOp::kSum, 2));
+    works.push_back(
+        c.reduce_scatter_async(rs_in.data(), rs_out.data(), rs_out.size(), DataType::kInt32, ReduceOp::kSum));
+    works.push_back(c.p2p_async({P2POp::send(mine.data(), mine.size(), DataType::kInt32, right),
+                                 P2POp::recv(theirs.data(), theirs.size(), DataType::kInt32, left)}));
+    for (Work& w : works) CHECK(w.wait().ok());
+    CHECK(bc[999] == 42);
+    if (r == 2) CHECK(red_out[5] == 1 + 2 + 3);
+    else CHECK(red_out[5] == -1);  // written on the root only
+    // Rank r's block of the sum: element r*500 + i summed over ranks = 3(r*500 + i) + 0 + 1 + 2.
+    CHECK(rs_out[7] == 3 * (r * 500 + 7) + 3);
+    CHECK(theirs[699] == left);
+  });
+}
+
 TEST_CASE("two communicators used at once by the same threads") {
   auto a = Communicator::create_local(4, test_config());
   auto b = Communicator::create_local(4, test_config());

@@ -58,7 +58,6 @@ class [[nodiscard]] Status {
   Status() = default;
   Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
-  static Status ok_status() { return {}; }
   bool ok() const { return code_ == ErrorCode::kOk; }
   ErrorCode code() const { return code_; }
   const std::string& message() const { return message_; }

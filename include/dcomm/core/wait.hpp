@@ -22,8 +22,6 @@ class Deadline {
  public:
   explicit Deadline(std::chrono::milliseconds budget) : budget_(budget), end_(Clock::now() + budget) {}
   bool expired() const { return Clock::now() >= end_; }
-  // Progress was made: the full budget is available again.
-  void renew() { end_ = Clock::now() + budget_; }
   std::chrono::milliseconds budget() const { return budget_; }
   long long remaining_ms() const {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - Clock::now()).count();

@@ -224,14 +224,6 @@ DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_reduce(const Team& team, T* ds
   }
 }
 
-// dst[i] = src[i] / divide_by for kAvg over a buffer the reduction already wrote (the ring's
-// last reduce writes its sum; the root of a chain divides).
-template <class T, class Team>
-DCOMM_HOST_DEVICE void team_divide(const Team& team, T* buf, size_t n, int divide_by) {
-  for (size_t i = static_cast<size_t>(team.thread()); i < n; i += static_cast<size_t>(team.threads()))
-    buf[i] = divide<T>(detail::load_elem(buf + i), divide_by);
-}
-
 // dst[0, bytes) = src, and dst2 the same when set; dst == src copies nothing to dst.
 template <class Team>
 DCOMM_HOST_DEVICE DCOMM_DEVICE_NOINLINE void team_copy(const Team& team, void* dst, void* dst2, const void* src,
