@@ -1,5 +1,6 @@
-# Builds and runs the consumer project twice: against an installed dcomm (find_package) and
-# with dcomm's source tree added as a subdirectory.
+# Builds and runs the consumer project three ways: against an installed dcomm (find_package),
+# with dcomm's source tree added as a subdirectory, and with no CMake at all: the compiler and
+# pkg-config's flags for the installed dcomm.pc (skipped, and said, without pkg-config).
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/dcomm -DDCOMM_BUILD_TESTS=OFF
                         -DDCOMM_BUILD_BENCH=OFF -DDCOMM_BUILD_EXAMPLES=OFF -DDCOMM_BUILD_NCCL=OFF -DDCOMM_BUILD_TORCH=OFF -DCMAKE_INSTALL_PREFIX=${WORK}/prefix
@@ -24,5 +25,38 @@ foreach(mode find_package add_subdirectory)
   execute_process(COMMAND ${WORK}/${mode}/consumer RESULT_VARIABLE rc)
   if(rc)
     message(FATAL_ERROR "the consumer (${mode}) failed: ${rc}")
+  endif()
+endforeach()
+
+find_program(PKG_CONFIG pkg-config)
+find_program(CXX NAMES c++ g++)
+if(NOT PKG_CONFIG OR NOT CXX)
+  message(STATUS "no pkg-config or c++: the pkg-config consumer is skipped")
+  return()
+endif()
+file(GLOB pc_dir ${WORK}/prefix/lib*/pkgconfig)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --cflags --libs dcomm
+                OUTPUT_VARIABLE flags OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "pkg-config --cflags --libs dcomm failed (in ${pc_dir})")
+endif()
+message(STATUS "pkg-config dcomm: ${flags}")
+separate_arguments(flags UNIX_COMMAND "${flags}")
+execute_process(COMMAND ${CXX} ${SOURCE}/tests/package/consumer.cpp -o ${WORK}/pkg-config-consumer ${flags}
+                RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "building the consumer with pkg-config's flags failed")
+endif()
+execute_process(COMMAND ${WORK}/pkg-config-consumer RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "the consumer (pkg-config) failed: ${rc}")
+endif()
+foreach(component ucx verbs topo)
+  if(EXISTS ${pc_dir}/dcomm-${component}.pc)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --cflags --libs dcomm-${component}
+                    OUTPUT_VARIABLE cflags RESULT_VARIABLE rc)
+    if(rc OR NOT cflags MATCHES "DCOMM_HAS_")
+      message(FATAL_ERROR "pkg-config dcomm-${component}: ${cflags}")
+    endif()
   endif()
 endforeach()
