@@ -1,9 +1,12 @@
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include <dcomm/core/env.hpp>
 #include <dcomm/core/status.hpp>
+#include <dcomm/core/wait.hpp>
 
 using namespace dcomm;
 
@@ -65,4 +68,27 @@ TEST_CASE("parse_size understands K, M and G suffixes") {
   CHECK(*parse_size("256M", "x") == 256LL << 20);
   CHECK(*parse_size("1G", "x") == 1LL << 30);
   CHECK_FALSE(parse_size("12Q", "x").ok());
+}
+
+TEST_CASE("WaitClock: the deadline and the stall diagnosis start at the first slow tick, progress restarts both") {
+  Config c;
+  c.timeout = std::chrono::milliseconds(400);  // the stall threshold is a quarter: 100 ms
+  CHECK(stall_threshold(c) == std::chrono::milliseconds(100));
+  WaitClock clock(c);
+  CHECK(clock.tick() == WaitClock::Tick::kWait);  // starts both clocks
+  CHECK(clock.tick() == WaitClock::Tick::kWait);  // well within 100 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  CHECK(clock.tick() == WaitClock::Tick::kDiagnose);
+  CHECK(clock.tick() == WaitClock::Tick::kWait);  // the next diagnosis is ten thresholds away
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(clock.tick() == WaitClock::Tick::kTimedOut);
+  CHECK(clock.tick() == WaitClock::Tick::kTimedOut);  // it stays timed out
+  clock.restart();                                    // progress
+  CHECK(clock.tick() == WaitClock::Tick::kWait);
+  CHECK(clock.tick() == WaitClock::Tick::kWait);
+  // Short deadlines diagnose at 50 ms at the least; long ones after a second at the most.
+  c.timeout = std::chrono::milliseconds(100);
+  CHECK(stall_threshold(c) == std::chrono::milliseconds(50));
+  c.timeout = std::chrono::milliseconds(600'000);
+  CHECK(stall_threshold(c) == std::chrono::milliseconds(1000));
 }

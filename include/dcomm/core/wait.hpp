@@ -9,10 +9,12 @@
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/env.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
@@ -58,6 +60,41 @@ class Backoff {
   static constexpr uint32_t kYields = 20000;
   uint32_t spin_;
   uint32_t iter_ = 0;
+};
+
+// How long a wait stalls before it asks which call the peer is in: a second, or a quarter
+// of the deadline when that is shorter.
+inline std::chrono::milliseconds stall_threshold(const Config& c) {
+  return std::chrono::milliseconds(std::max<long long>(50, std::min<long long>(1000, c.timeout.count() / 4)));
+}
+
+// A wait's clock, read at the backoff's slow steps: the deadline (the communicator's timeout)
+// starts at the first of them, the stall diagnosis comes once the wait has stalled for
+// stall_threshold and then every ten thresholds, and progress starts both again. Every wait
+// on peers (prims/peer.hpp's, algo/p2p.hpp's) keeps its time with one.
+class WaitClock {
+ public:
+  enum class Tick { kWait, kDiagnose, kTimedOut };
+  explicit WaitClock(const Config& c) : timeout_(c.timeout), stall_(stall_threshold(c)) {}
+  Tick tick() {
+    const Clock::time_point now = Clock::now();
+    if (!started_) {
+      started_ = true;
+      deadline_ = now + timeout_;
+      diagnosis_ = now + stall_;
+      return Tick::kWait;
+    }
+    if (now >= deadline_) return Tick::kTimedOut;
+    if (now < diagnosis_) return Tick::kWait;
+    diagnosis_ = now + 10 * stall_;
+    return Tick::kDiagnose;
+  }
+  void restart() { started_ = false; }
+
+ private:
+  std::chrono::milliseconds timeout_, stall_;
+  bool started_ = false;
+  Clock::time_point deadline_{}, diagnosis_{};
 };
 
 DCOMM_NAMESPACE_END

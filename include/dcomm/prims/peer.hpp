@@ -27,12 +27,6 @@
 
 DCOMM_NAMESPACE_BEGIN
 
-// How long a wait stalls before it asks which call the peer is in: a second, or a quarter
-// of the deadline when that is shorter.
-inline std::chrono::milliseconds stall_threshold(const Config& c) {
-  return std::chrono::milliseconds(std::max<long long>(50, std::min<long long>(1000, c.timeout.count() / 4)));
-}
-
 // Where `bytes` at `p` lie when they are in one of this process's dcomm::mem_alloc blocks: what
 // a peer passes back to view() to reach them through a mapping. Empty (fd < 0) otherwise.
 inline RegionRef local_region(const void* p, size_t bytes) { return detail::RegionRegistry::instance().find(p, bytes); }
@@ -320,21 +314,14 @@ class PeerPort {
   Status wait(Ready ready, bool sending) const {
     if (ready()) return {};
     Backoff backoff(spin_iterations());
-    std::optional<Deadline> deadline;
-    std::optional<Deadline> diagnosis;  // the stall after which the peer's call is asked for
+    WaitClock clock(*config_);
     while (!ready()) {
       conn_->progress();
       if (!backoff.pause()) continue;
       DCOMM_RETURN_IF_ERROR(check_alive(sending));
-      if (!deadline) {
-        deadline.emplace(config_->timeout);
-        diagnosis.emplace(stall_threshold(*config_));
-      } else if (deadline->expired()) {
-        return timeout_error(sending);
-      } else if (diagnosis->expired()) {
-        DCOMM_RETURN_IF_ERROR(diagnose_stall(sending));
-        diagnosis.emplace(10 * stall_threshold(*config_));
-      }
+      const WaitClock::Tick t = clock.tick();
+      if (t == WaitClock::Tick::kTimedOut) return timeout_error(sending);
+      if (t == WaitClock::Tick::kDiagnose) DCOMM_RETURN_IF_ERROR(diagnose_stall(sending));
     }
     return {};
   }
