@@ -12,6 +12,8 @@
 #                                            # into .gpu-bin/ (ignored by git), with the shared
 #                                            # libraries a bare CUDA image lacks and the torch
 #                                            # backend's compiled core (torch 2.11's headers)
+#   bash scripts/gpu-check.sh --configure-only  # no GPU needed, seconds: build-gpu configures
+#                                            # and has every target --build-only builds (CI)
 #   bash scripts/gpu-check.sh --dry-run      # no GPU needed: every step, its cap, the total
 #   bash scripts/gpu-check.sh OUTDIR         # on the GPU machine: runs .gpu-bin's binaries and
 #                                            # writes OUTDIR/table.txt and OUTDIR/gpu-check.tar.gz
@@ -89,10 +91,13 @@ bundle_libs() {
   done
 }
 
-# Builds every binary the check runs, each target on its own (a missing benchmark library
-# costs the kernel benchmarks, not the tests), and copies them, stripped, with the shared
-# libraries they need into .gpu-bin. Optional transports are left out.
-build() {
+# The binaries the check runs, in the order they are built.
+TARGETS=(test_gpu dcomm-bench dcomm-micro-kernel_bench dcomm_nccl nccl_local_test nccl_api_2_30_test
+  dcomm-device-one-sided-bench)
+
+# Configures build-gpu for the architecture: CUDA on, the optional transports off (the GPU
+# machine has neither UCX nor verbs), no examples.
+configure() {
   local arch=$1 build=$ROOT/build-gpu
   command -v cmake >/dev/null || die "cmake is not installed: it is needed to build the check's binaries"
   local nvcc
@@ -110,13 +115,33 @@ build() {
   cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DDCOMM_ENABLE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" -DDCOMM_BUILD_EXAMPLES=OFF -DDCOMM_WITH_UCX=OFF -DDCOMM_WITH_VERBS=OFF \
     -DDCOMM_WITH_HWLOC=OFF "${prefix[@]}" >"$build/configure.log" 2>&1 || { tail -30 "$build/configure.log"; die "configure failed"; }
+}
+
+# What CI checks without compiling the CUDA code twice (the main build compiles it): build-gpu
+# configures, and it has every target the check builds.
+configure_only() {
+  configure "$1"
+  local have t missing=()
+  have=$(cmake --build "$ROOT/build-gpu" --target help 2>/dev/null)
+  for t in "${TARGETS[@]}"; do
+    grep -qE "(^|[ /])$t(:| |$)" <<<"$have" || missing+=("$t")
+  done
+  ((${#missing[@]} == 0)) || die "build-gpu has no target ${missing[*]}: update TARGETS in scripts/gpu-check.sh"
+  echo "gpu-check: build-gpu configures for sm_$1 with every target the check builds: ${TARGETS[*]}"
+}
+
+# Builds every binary the check runs, each target on its own (a missing benchmark library
+# costs the kernel benchmarks, not the tests), and copies them, stripped, with the shared
+# libraries they need into .gpu-bin.
+build() {
+  local arch=$1 build=$ROOT/build-gpu
+  configure "$arch"
   local keep_torch=""
   [ -d "$BIN/torch" ] && keep_torch=$(mktemp -d) && mv "$BIN/torch" "$keep_torch/"
   rm -rf "$BIN" && mkdir -p "$BIN/lib"
   [ -n "$keep_torch" ] && mv "$keep_torch/torch" "$BIN/" && rmdir "$keep_torch"
   local t built=()
-  for t in test_gpu dcomm-bench dcomm-micro-kernel_bench dcomm_nccl nccl_local_test nccl_api_2_30_test \
-    dcomm-device-one-sided-bench; do
+  for t in "${TARGETS[@]}"; do
     if cmake --build "$build" --target "$t" -j "$(nproc)" >"$build/build-$t.log" 2>&1; then
       built+=("$t")
     else
@@ -164,6 +189,7 @@ case "${1:-}" in
     du -sh "$BIN"
     cat "$BIN/MANIFEST"
     exit ;;
+  --configure-only) configure_only "${DCOMM_GPU_ARCH:-90}"; exit ;;
   --build-native) build "${DCOMM_GPU_ARCH:-native}"; exit ;;
   --dry-run) export CS_DRY_RUN=1 ;;
 esac

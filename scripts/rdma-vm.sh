@@ -6,7 +6,8 @@
 # and exits with their status.
 #
 #   sudo scripts/rdma-vm.sh [build-dir]     default build-dir: build (configured and built)
-#   (ctest runs it as the test rdma_vm, label vm; exit 77 = skipped, when not root)
+#   (ctest runs it as the test rdma_vm, label vm, with DCOMM_VM_ONLY=tests: the tests without
+#   the measurements; exit 77 = skipped, when not root; DCOMM_VM_ONLY=bench: the measurements)
 #
 # The first run builds the guest (a Debian kernel from `apt-get download`, a debootstrap
 # minbase root with rdma-core, perftest and UCX, packed as an initramfs): about 3-4 minutes,
@@ -106,7 +107,7 @@ ip link set lo up; ip link set eth0 up; ip addr add 10.0.2.15/24 dev eth0
 rdma link add rxe0 type rxe netdev eth0
 ulimit -l unlimited
 cd /tmp
-run() { echo "=== \$*"; "\$@"; rc=\$?; echo "=== exit \$rc: \$1"; [ \$rc = 0 ] || status=1; }
+run() { echo "=== \$*"; t0=\$(date +%s); "\$@"; rc=\$?; echo "=== exit \$rc: \$1 (\$((\$(date +%s) - t0)) s)"; [ \$rc = 0 ] || status=1; }
 status=0
 ibv_devices
 if [ -f /vm-cmd.sh ]; then sh /vm-cmd.sh; echo "DCOMM-VM-STATUS \$?"; echo o >/proc/sysrq-trigger; sleep 5; fi
@@ -114,6 +115,7 @@ if [ "${DCOMM_VM_ONLY:-}" != bench ]; then  # DCOMM_VM_ONLY=bench: the measureme
 run $BUILD/tests/test_ranks -tc='verbs*'
 run $BUILD/tests/test_procs -tc='*verbs*'
 fi
+if [ "${DCOMM_VM_ONLY:-}" != tests ]; then  # DCOMM_VM_ONLY=tests: no measurements (ctest)
 echo "=== verbs latency and bandwidth: perftest on rxe0 (loopback), then dcomm-bench over verbs"
 (ib_write_lat -d rxe0 -x 1 -n 200 >/tmp/lat.srv 2>&1 &) ; sleep 1; ib_write_lat -d rxe0 -x 1 -n 200 10.0.2.15 | tail -4
 (ib_write_bw -d rxe0 -x 1 -s 16777216 -n 20 >/tmp/bw.srv 2>&1 &) ; sleep 1; ib_write_bw -d rxe0 -x 1 -s 16777216 -n 20 10.0.2.15 | tail -4
@@ -131,6 +133,7 @@ echo "=== kernel work waits for a CPU; dcomm's exchange has 2 polling ranks and 
 sleep 2; tail -2 /tmp/lat2.cli
 echo "=== the same call over shared memory in this guest: what the call itself costs under emulation, no NIC"
 run env DCOMM_TRANSPORT=shm $BUILD/bench/dcomm-bench send_recv -N 2 -b 8 -e 8 -n 200 -w 10
+fi
 echo "=== registration refused: ranks as nobody with ulimit -l 1024 (kB): the FIFOs fit, 1-4 MiB buffers do not;"
 echo "=== the rendezvous goes through the FIFOs' registered memory, exact, said once per process"
 (ulimit -l 1024; exec setpriv --reuid=65534 --regid=65534 --clear-groups env DCOMM_TRANSPORT=verbs \

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The torch 2.x side of dcomm_torch (a c10d::Backend, the CUDA path) compiled against a torch 2
-# wheel's headers, since this machine runs Debian's torch 1.13: the CPU build of every C++
-# source and module.cpp's CUDA build (-fsyntax-only; nothing here can load them), and the CUDA
-# build's sources that need no Python (process_group.cpp, backend_hooks.cpp, window.cpp, cuda_path.cpp, device_glue.cu)
-# compiled for real (sm_90) into $cache/libdcomm_torch_core.a: the GPU check's prebuilt core
-# (scripts/gpu-check.sh --build-only), so the GPU machine compiles only module.cpp. The archive
-# is reused while the sources and the torch version are unchanged (a stamp of their hash).
+# The CUDA build of dcomm_torch (a c10d::Backend on CUDA tensors) compiled against a torch 2
+# wheel's headers (the GPU machine's torch), where nothing can load it:
+#   torch2_compile.sh [build-dir]            every C++ source of the CUDA build, -fsyntax-only
+#                                            (the test; device_glue.cu is libnccl.so.2's, which
+#                                            the main build compiles)
+#   torch2_compile.sh --archive [build-dir]  the sources that need no Python (process_group.cpp,
+#                                            backend_hooks.cpp, window.cpp, cuda_path.cpp,
+#                                            device_glue.cu) compiled (sm_90) into
+#                                            $cache/libdcomm_torch_core.a: the GPU check's
+#                                            prebuilt core (scripts/gpu-check.sh --build-only),
+#                                            so the GPU machine compiles only module.cpp; reused
+#                                            while the sources and torch's version are unchanged
+# The CPU build is not here: the torch_newest test builds it for real against the newest torch.
 # The wheel comes from pip (cached in $DCOMM_TORCH2_CACHE, default build/torch2); without the
 # network or nvcc it skips (77).
-#   torch2_compile.sh [--archive] [build-dir]     --archive: only the core archive
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 archive_only=0
@@ -47,42 +52,38 @@ check() {  # label, then the command
 }
 have_cuda=0
 [ -x "$nvcc" ] && [ -f /usr/local/cuda/include/cuda_runtime.h ] && have_cuda=1
-if ((archive_only)) && ((!have_cuda)); then echo "torch2_compile: no nvcc at $nvcc: no core archive"; exit 77; fi
-# The core archive's stamp: torch's version and every source it is made of.
-stamp="$version $(find "$root/include" "$csrc" -type f | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)"
-core="$cache/libdcomm_torch_core.a"
-core_fresh=0
-[ -f "$core" ] && [ "$(cat "$core.stamp" 2>/dev/null)" = "$stamp" ] && core_fresh=1
+if ((!have_cuda)); then echo "torch2_compile: no nvcc at $nvcc: nothing to compile (skipped)"; exit 77; fi
+# No Python headers in the core: it must not depend on the Python it will be loaded into.
+cuda_flags=(-DDCOMM_TORCH_CUDA=1 -I/usr/local/cuda/include)
+for f in "${flags[@]}"; do
+  case $f in -fsyntax-only | "-I$pyinc") ;; *) cuda_flags+=("$f") ;; esac
+done
+core_sources=(process_group backend_hooks window cuda_path)
 if ((!archive_only)); then
-  for f in module.cpp process_group.cpp backend_hooks.cpp window.cpp; do
-    check "torch $version CPU build: $f" g++ "${flags[@]}" "$csrc/$f"
+  check "torch $version CUDA build: module.cpp" g++ "${flags[@]}" -DDCOMM_TORCH_CUDA=1 -I/usr/local/cuda/include "$csrc/module.cpp"
+  for f in "${core_sources[@]}"; do
+    check "torch $version CUDA build: $f.cpp" g++ "${cuda_flags[@]}" -fsyntax-only "$csrc/$f.cpp"
   done
-fi
-if ((have_cuda)); then
-  # No Python headers: the core must not depend on the Python it will be loaded into.
-  cuda_flags=(-DDCOMM_TORCH_CUDA=1 -I/usr/local/cuda/include)
-  for f in "${flags[@]}"; do
-    case $f in -fsyntax-only | "-I$pyinc") ;; *) cuda_flags+=("$f") ;; esac
-  done
-  ((archive_only)) || check "torch $version CUDA build: module.cpp" g++ "${flags[@]}" -DDCOMM_TORCH_CUDA=1 -I/usr/local/cuda/include "$csrc/module.cpp"
-  if ((!core_fresh)); then
-    for f in process_group backend_hooks window cuda_path; do
-      check "torch $version CUDA build: $f.cpp (object)" g++ "${cuda_flags[@]}" -O3 -g0 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 \
-        -c "$csrc/$f.cpp" -o "$cache/$f.o"
-    done
-    check "nvcc: device_glue.cu (sm_90)" "$nvcc" -std=c++20 -O3 --expt-relaxed-constexpr -diag-suppress=2810,20011,20014 \
-          -Xcompiler -fPIC -gencode=arch=compute_90,code=sm_90 -I"$root/include" -c "$csrc/device_glue.cu" -o "$cache/device_glue.o"
-  else
-    echo "ok    core archive up to date ($core)"
-  fi
 else
-  echo "skip  CUDA build: no nvcc at $nvcc"
+  # The archive's stamp: torch's version and every source it is made of.
+  stamp="$version $(find "$root/include" "$csrc" -type f | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)"
+  core="$cache/libdcomm_torch_core.a"
+  if [ -f "$core" ] && [ "$(cat "$core.stamp" 2>/dev/null)" = "$stamp" ]; then
+    echo "ok    core archive up to date ($core)"
+    exit 0
+  fi
+  for f in "${core_sources[@]}"; do
+    check "torch $version CUDA build: $f.cpp (object)" g++ "${cuda_flags[@]}" -O3 -g0 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 \
+      -c "$csrc/$f.cpp" -o "$cache/$f.o"
+  done
+  check "nvcc: device_glue.cu (sm_90)" "$nvcc" -std=c++20 -O3 --expt-relaxed-constexpr -diag-suppress=2810,20011,20014 \
+    -Xcompiler -fPIC -gencode=arch=compute_90,code=sm_90 -I"$root/include" -c "$csrc/device_glue.cu" -o "$cache/device_glue.o"
 fi
 fail=0
 for i in "${!labels[@]}"; do
   if wait "${pids[$i]}"; then echo "ok    ${labels[$i]}"; else echo "FAIL  ${labels[$i]}"; cat "$cache/out.$i.txt"; fail=1; fi
 done
-if ((have_cuda)) && ((!core_fresh)) && ((!fail)); then
+if ((archive_only)) && ((!fail)); then
   rm -f "$core" && ar rcs "$core" "$cache/process_group.o" "$cache/backend_hooks.o" "$cache/window.o" "$cache/cuda_path.o" "$cache/device_glue.o"
   echo "$stamp" >"$core.stamp"
   echo "ok    core archive: $core ($(du -h "$core" | cut -f1))"

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -39,7 +40,9 @@ def train(name, *flags, ranks=1, launcher="threads", check=True):
                "--log_dir", os.path.join(out, "logs"), "--no_python", *args]
     else:
         cmd = args + ["--local-ranks", str(ranks)]
+    t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    print(f"     ({name}: {time.time() - t0:.1f} s)", flush=True)
     if check and p.returncode != 0:
         report(False, f"{name} ran", (p.stdout + p.stderr)[-3000:])
         return p, None, []
