@@ -378,13 +378,7 @@ struct Bench {
     if (o.kind == Coll::kReduce) return c.reduce(in, out, sc, o.type, o.op, o.root);
     if (o.kind == Coll::kSendRecv)
       return c.send_recv(in, sc, (c.rank() + 1) % n(), out, rc, (c.rank() + n() - 1) % n(), o.type);
-    size_t per = sc / static_cast<size_t>(n());  // all_to_all through one p2p batch
-    std::vector<P2POp> ops;
-    for (int p = 0; p < n(); ++p) {
-      ops.push_back(P2POp::send(static_cast<const char*>(in) + static_cast<size_t>(p) * per * eb, per, o.type, p));
-      ops.push_back(P2POp::recv(static_cast<char*>(out) + static_cast<size_t>(p) * per * eb, per, o.type, p));
-    }
-    return c.p2p(ops);
+    return c.all_to_all(in, out, sc / static_cast<size_t>(n()), o.type);
   }
 #if DCOMM_HAS_CUDA
   Status run_device(const void* in, void* out, size_t sc, size_t rc) {
@@ -403,12 +397,13 @@ struct Bench {
     if (o.kind == Coll::kSendRecv) {
       keep(d.send(in, sc, o.type, (c.rank() + 1) % n(), s));
       keep(d.recv(out, rc, o.type, (c.rank() + n() - 1) % n(), s));
-    } else {
-      size_t per = sc / static_cast<size_t>(n());
-      for (int p = 0; p < n(); ++p) {
-        keep(d.send(static_cast<const char*>(in) + static_cast<size_t>(p) * per * eb, per, o.type, p, s));
-        keep(d.recv(static_cast<char*>(out) + static_cast<size_t>(p) * per * eb, per, o.type, p, s));
-      }
+    } else {  // all_to_all: algo/exchange.hpp's batch
+      auto ops =
+          equal_exchange_ops(Exchange::kAllToAll, c.rank(), n(), 0, in, out, sc / static_cast<size_t>(n()), o.type);
+      keep(ops.status());
+      for (const P2POp& op : ops.ok() ? *ops : std::vector<P2POp>{})
+        keep(op.kind == P2POp::Kind::kSend ? d.send(op.buffer, op.count, o.type, op.peer, s)
+                                           : d.recv(op.buffer, op.count, o.type, op.peer, s));
     }
     keep(d.group_end());
     return first;

@@ -8,6 +8,7 @@
 //   dcomm-sim --slots 16 --max-slices 128   deeper FIFOs (DCOMM_SLOTS), more slices a call at scale
 //   dcomm-sim --local 8            one host of 8 CPU ranks sharing this machine's cores (--cores)
 //                                  (compare: bench/peers/compare.py -N 8 --algos ... --sim)
+//   dcomm-sim --exchanges          gather, scatter and all_to_all instead (algo/exchange.hpp)
 //   dcomm-sim plan --grad 1.4G --bucket 25M --compute-ms 120 --hosts 16 --gpus 8
 //                                  a training step's gradient all-reduce on a cluster (sim_plan.hpp)
 #include <sched.h>
@@ -19,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <dcomm/algo/exchange.hpp>
 #include <dcomm/comm/cost_model.hpp>
 #include <dcomm/sim/recorder.hpp>
 #include <dcomm/sim/simulator.hpp>
@@ -53,6 +55,44 @@ std::string human(size_t b) {
   if (b >= 1024 && b % 1024 == 0) return std::to_string(b >> 10) + " KiB";
   return std::to_string(b) + " B";
 }
+
+// gather, scatter (root 0) and all_to_all from algo/exchange.hpp's one definition, each rank's
+// buffer `bytes` (blocks of bytes / n); all_to_all's n^2 messages only up to 1,024 ranks.
+// Returns the number of failures.
+int run_exchanges(const std::vector<int>& ranks, const std::vector<size_t>& sizes, const SimNetwork& net) {
+  std::printf(
+      "# gather, scatter (root 0), all_to_all: float32, each rank's buffer the size; predicted time in us; "
+      "every block's place checked symbolically ('ok')\n");
+  std::printf("%8s %9s %19s %19s %19s\n", "ranks", "size", "gather", "scatter", "all_to_all");
+  int failures = 0;
+  for (int n : ranks)
+    for (size_t bytes : sizes) {
+      const size_t block = std::max<size_t>(bytes / 4 / static_cast<size_t>(n), 1);
+      std::printf("%8d %9s", n, human(bytes).c_str());
+      for (auto [what, sim] : {std::pair{Exchange::kGather, SimCollective::kGather},
+                               std::pair{Exchange::kScatter, SimCollective::kScatter},
+                               std::pair{Exchange::kAllToAll, SimCollective::kAllToAll}}) {
+        if (what == Exchange::kAllToAll && n > 1024) {
+          std::printf(" %19s", "-");
+          continue;
+        }
+        SimResult r = simulate(schedules_for(n, [&](int w, int x) { return schedule_exchange(what, w, x, block, 0); }),
+                               sim, block * static_cast<size_t>(n), 4, block, net);
+        if (r.error.empty()) {
+          std::printf(" %16.1f ok", r.time_us);
+          continue;
+        }
+        std::printf(" %19s", "FAILED");
+        std::fprintf(stderr, "dcomm-sim: %s, %d ranks, %s: %s\n", exchange_name(what), n, human(bytes).c_str(),
+                     r.error.c_str());
+        ++failures;
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  std::printf("# -: all_to_all above 1,024 ranks (n^2 messages) not simulated\n");
+  return failures;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,7 +100,7 @@ int main(int argc, char** argv) {
   std::vector<int> ranks{1024, 65536};
   std::vector<size_t> sizes{8, 1 << 20, size_t{1} << 30};
   SimNetwork net;
-  bool local = false;
+  bool local = false, exchanges = false;
   // --local: CPU ranks over shared memory on this machine's cores. Copies and reductions at
   // the cost model's unloaded rates (comm/cost_model.hpp: LinkModel); the processor time of a
   // step and the wake-up after a wait were fitted (bench/peers/fit_sim.py) to all_reduce on 8
@@ -106,6 +146,11 @@ int main(int argc, char** argv) {
               net.ranks_per_host = n;
               return "";
             })
+      .flag("--exchanges", "", "gather, scatter and all_to_all (each rank's buffer the size; root 0) instead",
+            [&](const std::string&) -> std::string {
+              exchanges = true;
+              return "";
+            })
       .flag("--cores", "c", "--local: the cores the ranks share (default this process's)", number(&cores))
       .flag("--wake", "us", "--local: the wake-up after a wait (default 2.5)", number(&wake_us))
       .flag("--step-cpu", "us", "--local: the processor time of a step (default 0.1)", number(&step_cpu_us))
@@ -133,6 +178,7 @@ int main(int argc, char** argv) {
         "fat tree, contention at the NICs\n",
         net.ranks_per_host, net.local_alpha_us, net.local_bytes_per_us / 1e3, net.net_alpha_us, net.nics_per_host,
         net.nic_bytes_per_us / 1e3);
+  if (exchanges) return run_exchanges(ranks, sizes, local ? local_net() : net) ? 1 : 0;
   std::printf("# all_reduce, float32; predicted time in us; every rank's result checked symbolically ('ok')\n");
   std::printf("%8s %9s %19s %19s %19s %19s %19s %19s %19s\n", "ranks", "size", "ring", "recursive_doubling",
               "rabenseifner", "tree", "double_tree", "hierarchical", "direct");

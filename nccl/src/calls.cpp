@@ -19,36 +19,21 @@ namespace {
 
 // ---- running calls --------------------------------------------------------------------------
 
-// Sends and receives that one Call stands for (all-to-all, gather, scatter, send, recv), with
-// this rank's own block copied directly.
-void expand_p2p(const Call& k, int rank, int size, std::vector<P2POp>& out) {
-  const size_t block = k.count * k.elem();
-  auto at = [&](const void* p, int r) {
-    return static_cast<char*>(const_cast<void*>(p)) + static_cast<size_t>(r) * block;
-  };
-  switch (k.kind) {
-    case Call::kSend: out.push_back(P2POp::send(k.send, k.count, k.type, k.root)); break;
-    case Call::kRecv: out.push_back(P2POp::recv(k.recv, k.count, k.type, k.root)); break;
-    case Call::kAlltoAll:
-      for (int r = 0; r < size; ++r) {
-        out.push_back(P2POp::send(at(k.send, r), k.count, k.type, r));
-        out.push_back(P2POp::recv(at(k.recv, r), k.count, k.type, r));
-      }
-      break;
-    case Call::kGather:
-      if (!(rank == k.root && k.send == at(k.recv, rank))) out.push_back(P2POp::send(k.send, k.count, k.type, k.root));
-      if (rank == k.root)
-        for (int r = 0; r < size; ++r)
-          if (!(r == rank && k.send == at(k.recv, rank))) out.push_back(P2POp::recv(at(k.recv, r), k.count, k.type, r));
-      break;
-    case Call::kScatter:
-      if (rank == k.root)
-        for (int r = 0; r < size; ++r)
-          if (!(r == rank && k.recv == at(k.send, rank))) out.push_back(P2POp::send(at(k.send, r), k.count, k.type, r));
-      if (!(rank == k.root && k.recv == at(k.send, rank))) out.push_back(P2POp::recv(k.recv, k.count, k.type, k.root));
-      break;
-    default: break;
+// Sends and receives that one Call stands for: a send, a receive, or an exchange
+// (algo/exchange.hpp, this rank's own block included unless it is in place).
+Status expand_p2p(const Call& k, int rank, int size, std::vector<P2POp>& out) {
+  if (k.kind == Call::kSend || k.kind == Call::kRecv) {
+    out.push_back(k.kind == Call::kSend ? P2POp::send(k.send, k.count, k.type, k.root)
+                                        : P2POp::recv(k.recv, k.count, k.type, k.root));
+    return {};
   }
+  const Exchange what = k.kind == Call::kAlltoAll ? Exchange::kAllToAll
+                        : k.kind == Call::kGather ? Exchange::kGather
+                                                  : Exchange::kScatter;
+  auto ops = equal_exchange_ops(what, rank, size, k.root, k.send, k.recv, k.count, k.type);
+  if (!ops.ok()) return ops.status().with_context(k.name);
+  out.insert(out.end(), ops->begin(), ops->end());
+  return {};
 }
 
 bool is_p2p(Call::Kind k) { return k >= Call::kAlltoAll; }
@@ -104,16 +89,8 @@ Status run_device(ncclComm* c, const Call& k) {
     }
     Call from = k;
     from.send = send;
-    expand_p2p(from, c->rank(), c->size(), ops);
-    Status st;
-    adapter::device_group_start(d);
-    for (const P2POp& op : ops) {
-      if (!st.ok()) break;
-      st = op.kind == P2POp::Kind::kSend ? adapter::device_send(d, op.buffer, op.bytes(), op.peer, s)
-                                         : adapter::device_recv(d, op.buffer, op.bytes(), op.peer, s);
-    }
-    Status end = adapter::device_group_end(d);  // the copy is freed once the outermost group is launched
-    return st.ok() ? end : st;
+    Status st = expand_p2p(from, c->rank(), c->size(), ops);
+    return st.ok() ? adapter::device_p2p(d, ops, s) : st;  // the copy is freed once the outermost group is launched
   }
   const void* send = k.send;
   void* scaled = nullptr;
@@ -153,19 +130,13 @@ ncclResult_t run_calls(ncclComm* c, const std::vector<Call>& calls) {
     if (!batch.empty() && first.ok()) first = c->host->p2p(std::move(batch));
     batch.clear();
   };
-  std::vector<std::vector<unsigned char>> copies;  // in-place all-to-all sends
   for (const Call& k : calls) {
     if (!first.ok()) break;
     if (k.device) {
       first = run_device(c, k);
     } else if (is_p2p(k.kind)) {
-      Call from = k;
-      if (k.kind == Call::kAlltoAll && k.send == k.recv) {
-        const auto* p = static_cast<const unsigned char*>(k.send);
-        copies.emplace_back(p, p + k.count * k.elem() * static_cast<size_t>(c->size()));
-        from.send = copies.back().data();
-      }
-      expand_p2p(from, c->rank(), c->size(), batch);
+      // In place (all-to-all): run_p2p sends what the batch's receives overwrite from copies.
+      first = expand_p2p(k, c->rank(), c->size(), batch);
     } else {
       flush();
       if (first.ok()) first = run_host_collective(c, k);

@@ -43,7 +43,9 @@ expect 2 "missing value after -N" "$BENCH" all_reduce -N
 expect 2 "unknown op nope" "$BENCH" -o nope
 expect 2 "unknown collective gather_all" "$BENCH" gather_all
 
-lists "$SIM" -n -s --slots --max-slices --local --cores --wake --step-cpu
+lists "$SIM" -n -s --slots --max-slices --local --exchanges --cores --wake --step-cpu
+# The exchanges run and check every block's place (exit 1 on a failure).
+expect 0 "ok" "$SIM" --exchanges -n 1,5,64 -s 8,1M
 expect 2 "unknown flag -x" "$SIM" -x 1
 expect 2 "missing value after -n" "$SIM" -n
 expect 0 "--compute-ms" "$SIM" plan --help

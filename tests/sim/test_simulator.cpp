@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <dcomm/algo/exchange.hpp>
 #include <dcomm/algo/tree.hpp>
 #include <dcomm/sim/recorder.hpp>
 #include <dcomm/sim/simulator.hpp>
@@ -56,6 +57,44 @@ TEST_CASE("simulator: every schedule leaves every rank with the right contributi
                      SimCollective::kAllGather, total, 1, count, net)
                 .error == "");
     }
+  }
+}
+
+TEST_CASE("simulator: gather, scatter and all_to_all from their one definition; a misplaced block is reported") {
+  SimNetwork net;
+  net.ranks_per_host = 4;
+  const struct {
+    Exchange what;
+    SimCollective sim;
+  } exchanges[] = {{Exchange::kGather, SimCollective::kGather},
+                   {Exchange::kScatter, SimCollective::kScatter},
+                   {Exchange::kAllToAll, SimCollective::kAllToAll}};
+  for (int n : {1, 2, 3, 5, 8, 17}) {
+    CAPTURE(n);
+    for (const auto& e : exchanges)
+      for (int root : {0, n / 2, n - 1}) {
+        const std::string name = exchange_name(e.what);
+        CAPTURE(name);
+        CAPTURE(root);
+        const size_t count = 6;
+        auto schedules = schedules_for(n, [&](int w, int x) { return schedule_exchange(e.what, w, x, count, root); });
+        SimResult r =
+            simulate(schedules, e.sim, count * static_cast<size_t>(n), 4, count, net, SimLayout{0, 0, 0, root});
+        CHECK(r.error == "");
+        if (n < 3) continue;
+        CHECK(r.time_us > 0);
+        // The root's (or rank 1's) first receive from another rank lands one block over.
+        const int x = e.what == Exchange::kAllToAll ? 1 : e.what == Exchange::kGather ? root : (root + 1) % n;
+        for (Step& st : schedules[static_cast<size_t>(x)])
+          if (st.recv_peer >= 0) {
+            st.recv = {st.recv.begin + count, st.recv.end + count};
+            if (st.recv.end > 2 * count * static_cast<size_t>(n))
+              st.recv = {st.recv.begin - 2 * count, st.recv.end - 2 * count};
+            break;
+          }
+        CHECK(simulate(schedules, e.sim, count * static_cast<size_t>(n), 4, count, net, SimLayout{0, 0, 0, root})
+                  .error.find("a received block") != std::string::npos);
+      }
   }
 }
 

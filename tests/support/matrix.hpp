@@ -83,6 +83,90 @@ void check(MatrixReport& rep, const std::string& what, const T* got, size_t n, a
   }
 }
 
+// gather, scatter and all_to_all, in place and not, with roots that move with the count; then
+// all_to_all_v with uneven counts (count + (r + 2p) % 3 from rank r to rank p, some of them 0),
+// send blocks in reverse order and receive blocks one element apart, out of place and in place.
+// Rank r's block for rank p holds input_value(r, p * (count + 3) + j).
+template <class T>
+void run_exchanges(Communicator& c, DataType t, size_t count, const TestAllocator<T>& al, MatrixReport& rep) {
+  const int size = c.size(), rank = c.rank();
+  const size_t usize = static_cast<size_t>(size), stride = count + 3;
+  auto value = [&](int from, int to, size_t j) {
+    return from_int<T>(input_value(t, ReduceOp::kSum, from, static_cast<size_t>(to) * stride + j));
+  };
+  auto name = [&](const char* coll, bool in_place, int root) {
+    return dcomm::detail::cat(coll, " ", to_string(t), " count ", count, in_place ? " in place" : " out of place",
+                              root >= 0 ? dcomm::detail::cat(" root ", root) : std::string(), " on rank ", rank, " of ",
+                              size);
+  };
+  // Fills block p of `buf` (at at[p], n[p] elements) with what this rank sends rank p.
+  auto fill_blocks = [&](Buf<T>& buf, auto at, auto n) {
+    for (int p = 0; p < size; ++p)
+      for (size_t j = 0; j < n(p); ++j) buf[at(p) + j] = value(rank, p, j);
+  };
+  auto check_blocks = [&](const std::string& what, Status s, const Buf<T>& buf, auto at, auto n, auto from) {
+    if (!s.ok()) return rep.fail(what + ": " + s.message());
+    rep.checked++;
+    for (int p = 0; p < size; ++p)
+      for (size_t j = 0; j < n(p); ++j)
+        if (!same_bits(buf[at(p) + j], value(from(p), rank, j)))
+          return rep.fail(dcomm::detail::cat(what, ": element ", j, " of block ", p, " is wrong"));
+  };
+  auto equal_at = [&](int p) { return static_cast<size_t>(p) * count; };
+  auto equal_n = [&](int) { return count; };
+  for (bool in_place : {false, true}) {
+    const int g_root = static_cast<int>((count + 1) % usize), s_root = static_cast<int>((count * 3 + 1) % usize);
+    // gather: the root's block p is rank p's block for the root.
+    Buf<T> g_in(count, al), g_out(count * usize, al);
+    for (size_t j = 0; j < count; ++j) g_in[j] = value(rank, g_root, j);
+    const T* g_src = g_in.data();
+    if (in_place && rank == g_root) {
+      std::copy(g_in.begin(), g_in.end(), g_out.begin() + static_cast<ptrdiff_t>(equal_at(rank)));
+      g_src = g_out.data() + equal_at(rank);
+    }
+    Status s = c.gather(g_src, rank == g_root ? g_out.data() : nullptr, count, t, g_root);
+    if (rank == g_root)
+      check_blocks(name("gather", in_place, g_root), s, g_out, equal_at, equal_n, [](int p) { return p; });
+    else if (!s.ok()) rep.fail(name("gather", in_place, g_root) + ": " + s.message());
+    // scatter: rank r gets the root's block for r.
+    Buf<T> s_in(rank == s_root ? count * usize : 0, al), s_out(count, al);
+    if (rank == s_root) fill_blocks(s_in, equal_at, equal_n);
+    T* s_dst = in_place && rank == s_root ? s_in.data() + equal_at(rank) : s_out.data();
+    s = c.scatter(s_in.data(), s_dst, count, t, s_root);
+    if (s.ok()) std::copy(s_dst, s_dst + count, s_out.begin());
+    check_blocks(
+        name("scatter", in_place, s_root), s, s_out, [](int) { return size_t{0}; },
+        [&](int p) { return p == rank ? count : 0; }, [&](int) { return s_root; });
+    // all_to_all: block p comes from rank p.
+    Buf<T> a_in(count * usize, al), a_out(count * usize, al);
+    fill_blocks(a_in, equal_at, equal_n);
+    Buf<T>& a_dst = in_place ? a_in : a_out;
+    s = c.all_to_all(a_in.data(), a_dst.data(), count, t);
+    check_blocks(name("all_to_all", in_place, -1), s, a_dst, equal_at, equal_n, [](int p) { return p; });
+    // all_to_all_v
+    std::vector<size_t> sc(usize), sd(usize), rc(usize), rd(usize);
+    size_t send_end = 0, recv_end = 0;
+    for (int p = size - 1; p >= 0; --p) {
+      sc[static_cast<size_t>(p)] = count + static_cast<size_t>((rank + 2 * p) % 3);
+      sd[static_cast<size_t>(p)] = send_end;
+      send_end += sc[static_cast<size_t>(p)];
+    }
+    for (int p = 0; p < size; ++p) {
+      rc[static_cast<size_t>(p)] = count + static_cast<size_t>((p + 2 * rank) % 3);
+      rd[static_cast<size_t>(p)] = recv_end;
+      recv_end += rc[static_cast<size_t>(p)] + 1;
+    }
+    Buf<T> v_in(std::max(send_end, recv_end), al), v_out(recv_end, al);
+    fill_blocks(
+        v_in, [&](int p) { return sd[static_cast<size_t>(p)]; }, [&](int p) { return sc[static_cast<size_t>(p)]; });
+    Buf<T>& v_dst = in_place ? v_in : v_out;
+    s = c.all_to_all_v(v_in.data(), sc, sd, v_dst.data(), rc, rd, t);
+    check_blocks(
+        name("all_to_all_v", in_place, -1), s, v_dst, [&](int p) { return rd[static_cast<size_t>(p)]; },
+        [&](int p) { return rc[static_cast<size_t>(p)]; }, [](int p) { return p; });
+  }
+}
+
 template <class T>
 void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport& rep) {
   const int size = c.size(), rank = c.rank();
@@ -153,25 +237,12 @@ void run_type(Communicator& c, DataType t, const MatrixOptions& m, MatrixReport&
                  [&](size_t i) { return from_int<T>(input_value(t, ReduceOp::kSum, root, i)); });
     }
 
-    // all-to-all through one p2p batch (self included), then a ring shift with send_recv.
-    Buf<T> a2a_in(count * usize, al), a2a_out(count * usize, al);
-    fill(a2a_in, t, ReduceOp::kSum, rank);
-    std::vector<P2POp> ops;
-    for (int p = 0; p < size; ++p) {
-      ops.push_back(P2POp::send(a2a_in.data() + static_cast<size_t>(p) * count, count, t, p));
-      ops.push_back(P2POp::recv(a2a_out.data() + static_cast<size_t>(p) * count, count, t, p));
-    }
-    std::string what = name("all_to_all (p2p batch)", ReduceOp::kSum, count, false);
-    if (call(what, c.p2p(ops)))
-      check<T>(rep, what, a2a_out.data(), count * usize, [&](size_t i) {
-        size_t from = i / std::max<size_t>(count, 1), j = i % std::max<size_t>(count, 1);
-        return from_int<T>(
-            input_value(t, ReduceOp::kSum, static_cast<int>(from), static_cast<size_t>(rank) * count + j));
-      });
+    run_exchanges<T>(c, t, count, al, rep);
+    // A ring shift with send_recv.
     Buf<T> shift_in(count, al), shift_out(count, al);
     fill(shift_in, t, ReduceOp::kSum, rank);
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
-    what = name("send_recv ring shift", ReduceOp::kSum, count, false);
+    std::string what = name("send_recv ring shift", ReduceOp::kSum, count, false);
     if (call(what, c.send_recv(shift_in.data(), count, next, shift_out.data(), count, prev, t)))
       check<T>(rep, what, shift_out.data(), count,
                [&](size_t i) { return from_int<T>(input_value(t, ReduceOp::kSum, prev, i)); });

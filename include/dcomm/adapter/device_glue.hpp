@@ -32,6 +32,17 @@ Status device_send(DeviceHandle* d, const void* buf, size_t bytes, int peer, voi
 Status device_recv(DeviceHandle* d, void* buf, size_t bytes, int peer, void* stream);
 void device_group_start(DeviceHandle* d);
 Status device_group_end(DeviceHandle* d);
+// A batch of sends and receives (an exchange: algo/exchange.hpp) as one group, within any
+// group already open.
+inline Status device_p2p(DeviceHandle* d, const std::vector<P2POp>& ops, void* stream) {
+  device_group_start(d);
+  Status st;
+  for (size_t i = 0; i < ops.size() && st.ok(); ++i)
+    st = ops[i].kind == P2POp::Kind::kSend ? device_send(d, ops[i].buffer, ops[i].bytes(), ops[i].peer, stream)
+                                           : device_recv(d, ops[i].buffer, ops[i].bytes(), ops[i].peer, stream);
+  Status end = device_group_end(d);
+  return st.ok() ? end : st;
+}
 // The first failure a kernel reported (a dead peer, the deadline), or ok.
 Status device_error(DeviceHandle* d);
 // Ends this rank's waiting kernels now and aborts the host communicator.

@@ -29,7 +29,9 @@ namespace detail {
 // next rank, receive from the previous into the same buffer) is sent from a copy taken first
 // into `staging`, since the receive may land before the whole message has left. Returns the
 // batch to run (`own`, the copies in place of those buffers, or `ops` when nothing is
-// clobbered); by_reference[i] becomes false for each copied send.
+// clobbered); by_reference[i] becomes false for each copied send. A receive from this rank
+// itself counts too: copy_self_messages writes it before anything is sent (an in-place
+// all_to_all_v whose own block moves over a block still to be sent).
 inline std::span<const P2POp> stage_clobbered_sends(std::span<const P2POp> ops, int rank, std::vector<char>& staging,
                                                     std::vector<P2POp>& own, std::vector<bool>& by_reference) {
   size_t staged = 0;
@@ -37,8 +39,7 @@ inline std::span<const P2POp> stage_clobbered_sends(std::span<const P2POp> ops, 
     if (ops[i].kind != P2POp::Kind::kSend || ops[i].peer == rank) continue;
     bool clobbered = false;
     for (const auto& r : ops)
-      clobbered |= r.kind == P2POp::Kind::kRecv && r.peer != rank &&
-                   ranges_overlap(ops[i].buffer, ops[i].bytes(), r.buffer, r.bytes());
+      clobbered |= r.kind == P2POp::Kind::kRecv && ranges_overlap(ops[i].buffer, ops[i].bytes(), r.buffer, r.bytes());
     if (!clobbered) continue;
     by_reference[i] = false;
     if (own.empty()) own.assign(ops.begin(), ops.end());

@@ -38,6 +38,7 @@
 #include "dcomm/comm/abort_fanout.hpp"
 #include "dcomm/comm/algorithm_choice.hpp"
 #include "dcomm/comm/dispatch.hpp"
+#include "dcomm/comm/exchange_calls.hpp"
 #include "dcomm/comm/facts.hpp"
 #include "dcomm/comm/link_table.hpp"
 #include "dcomm/comm/links.hpp"
@@ -60,10 +61,9 @@ DCOMM_NAMESPACE_BEGIN
 namespace detail {
 template <class S, class R>
 concept SameElement = std::same_as<std::remove_const_t<S>, R>;
-
 }  // namespace detail
 
-class Communicator {
+class Communicator : public ExchangeCalls<Communicator> {
  public:
   // ---- creation -------------------------------------------------------------------------
   // From the launcher's environment: torchrun, mpirun (OpenMPI) or srun (Slurm); see
@@ -267,6 +267,7 @@ class Communicator {
     return p2p({P2POp::send(send_buf, send_count, type, dst), P2POp::recv(recv_buf, recv_count, type, src)});
   }
   Status p2p(std::vector<P2POp> ops) { return execute(OpDesc::point_to_point(std::move(ops))); }
+  // gather, scatter, all_to_all and all_to_all_v: comm/exchange_calls.hpp.
   Work p2p_async(std::vector<P2POp> ops) { return execute_async(OpDesc::point_to_point(std::move(ops))); }
   Status barrier() { return execute({OpKind::kBarrier}); }
   Work barrier_async() { return execute_async({OpKind::kBarrier}); }

@@ -68,11 +68,16 @@ struct Fingerprint {
   bool operator==(const Fingerprint&) const = default;
 };
 
-inline uint64_t rank_hash(int r) {  // splitmix64
-  uint64_t z = static_cast<uint64_t>(r) + 0x9e3779b97f4a7c15ull;
+inline uint64_t mix(uint64_t z) {  // splitmix64
+  z += 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+inline uint64_t rank_hash(int r) { return mix(static_cast<uint64_t>(r)); }
+// Rank r's send block b of an exchange.
+inline uint64_t block_hash(int r, int b) {
+  return mix((static_cast<uint64_t>(r) << 32) + static_cast<uint64_t>(b) + (1ull << 63));
 }
 
 struct Piece {
@@ -146,7 +151,14 @@ struct Message {
 };
 }  // namespace sim
 
-enum class SimCollective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
+// The exchanges (algo/exchange.hpp: schedule_exchange) move blocks without reducing: every
+// rank's send block b starts with a fingerprint of its own (rank, b), so a block that lands in
+// the wrong place is caught, not only a rank's data that is missing.
+enum class SimCollective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kGather, kScatter, kAllToAll };
+
+inline bool sim_exchanges(SimCollective what) {
+  return what == SimCollective::kGather || what == SimCollective::kScatter || what == SimCollective::kAllToAll;
+}
 
 // Where the input and output of an all_reduce, broadcast or reduce lie in the working buffer,
 // when they are not the whole of it (the recorded algorithms: sim/recorder.hpp's
@@ -158,8 +170,9 @@ struct SimLayout {
 };
 
 // Runs schedules[x] for every rank x: `elems` is the working buffer's length (all_reduce: the
-// count, in `layout`), `elem_bytes` the bytes of one element, `block` the per-rank block
-// (reduce_scatter, all_gather).
+// count, in `layout`; the exchanges: the n send blocks, the n receive blocks follow),
+// `elem_bytes` the bytes of one element, `block` the per-rank block (reduce_scatter,
+// all_gather, the exchanges).
 inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective what, size_t elems, size_t elem_bytes,
                           size_t block, const SimNetwork& net, const SimLayout& layout = {}) {
   using namespace sim;
@@ -178,7 +191,12 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
   const Fingerprint garbage{0, 0, rank_hash(-1)};
   for (int x = 0; x < n; ++x) {
     Fingerprint mine{1, 0, rank_hash(x)};
-    if (what == SimCollective::kAllGather) {
+    if (sim_exchanges(what)) {
+      buf[static_cast<size_t>(x)] = SymbolicBuffer(2 * elems, garbage);
+      for (int b = 0; b < n; ++b)
+        buf[static_cast<size_t>(x)].put({block * static_cast<size_t>(b), block * static_cast<size_t>(b + 1)},
+                                        {{0, block, Fingerprint{1, 0, block_hash(x, b)}}}, false);
+    } else if (what == SimCollective::kAllGather) {
       buf[static_cast<size_t>(x)] = SymbolicBuffer(elems, garbage);
       std::vector<Piece> own{{0, block, mine}};
       buf[static_cast<size_t>(x)].put({block * static_cast<size_t>(x), block * static_cast<size_t>(x + 1)}, own, false);
@@ -317,7 +335,8 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
     const SymbolicBuffer& b = buf[static_cast<size_t>(x)];
     auto expect = [&](Range r, Fingerprint want, const char* what_part) {
       for (Piece p : b.get(r)) {
-        if (n == 1 && what != SimCollective::kAllGather && what != SimCollective::kBroadcast && p.fp.finalized == 0)
+        if (n == 1 && what != SimCollective::kAllGather && what != SimCollective::kBroadcast && !sim_exchanges(what) &&
+            p.fp.finalized == 0)
           p.fp.finalized = 1;  // over one rank, finalizing is nothing
         if (!(p.fp == want)) {
           res.error = "rank " + std::to_string(x) + " ends with " + what_part + " holding " +
@@ -328,7 +347,18 @@ inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective 
       }
     };
     const Range output{layout.output_at, layout.output_at + elems};
-    if (what == SimCollective::kAllReduce) expect(output, reduced, "its buffer");
+    // An exchange's receive block b, and what it should hold: rank from's block for this rank.
+    auto received = [&](int b, int from, int from_block) {
+      const size_t at = static_cast<size_t>(n + b) * block;
+      expect({at, at + block}, Fingerprint{1, 0, block_hash(from, from_block)}, "a received block");
+    };
+    if (what == SimCollective::kGather) {
+      for (int y = 0; y < n && x == layout.root && res.error.empty(); ++y) received(y, y, 0);
+    } else if (what == SimCollective::kScatter) {
+      received(0, layout.root, x);
+    } else if (what == SimCollective::kAllToAll) {
+      for (int y = 0; y < n && res.error.empty(); ++y) received(y, y, x);
+    } else if (what == SimCollective::kAllReduce) expect(output, reduced, "its buffer");
     else if (what == SimCollective::kBroadcast) expect(output, Fingerprint{1, 0, rank_hash(layout.root)}, "its buffer");
     else if (what == SimCollective::kReduce) {
       if (x == layout.root) expect(output, reduced, "the root's buffer");

@@ -11,7 +11,6 @@ using dcomm::DataType;
 using dcomm::Status;
 
 namespace {
-size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 void check(const Status& s) {
   if (!s.ok()) raise(s);
 }
@@ -179,62 +178,42 @@ c10::intrusive_ptr<c10d::Work> CudaPath::reduce_scatter(at::Tensor& out, std::ve
   });
 }
 
-// gather, scatter and all_to_all: a group of sends and receives, as NCCL's.
+// gather, scatter and all_to_all: the exchange's sends and receives (algo/exchange.hpp) as one
+// device group, as NCCL's.
+Status CudaPath::exchange(dcomm::Exchange what, int root, const std::vector<dcomm::Block>& send,
+                          const std::vector<dcomm::Block>& recv, void* stream) {
+  auto ops = dcomm::exchange_ops(what, pg_.group_rank(), pg_.group_size(), root, send, recv, DataType::kUint8);
+  return ops.ok() ? device_p2p(comm_, *ops, stream) : ops.status();
+}
+
 c10::intrusive_ptr<c10d::Work> CudaPath::gather(std::vector<at::Tensor>& outs, at::Tensor& in, int root) {
-  const int me = pg_.group_rank(), n = pg_.group_size();
+  for (const auto& o : outs) TORCH_CHECK(o.is_contiguous(), "dcomm: CUDA gather takes contiguous outputs");
   std::vector<at::Tensor> touched = outs;
   touched.push_back(in);
   return run(c10d::OpType::GATHER, touched, outs, [&](void* s, AfterLaunch& after) {
-    at::Tensor src = after.keep(in.contiguous());
-    device_group_start(comm_);
-    Status st;
-    if (me != root) st = device_send(comm_, src.data_ptr(), nbytes(src), root, s);
-    else
-      for (int r = 0; r < n && st.ok(); ++r) {
-        at::Tensor& o = outs[static_cast<size_t>(r)];
-        TORCH_CHECK(o.is_contiguous(), "dcomm: CUDA gather takes contiguous outputs");
-        st = r == me ? device_send(comm_, src.data_ptr(), nbytes(src), me, s) : Status{};
-        if (st.ok()) st = device_recv(comm_, o.data_ptr(), nbytes(src), r, s);
-      }
-    Status end = device_group_end(comm_);
-    return st.ok() ? end : st;
+    return exchange(dcomm::Exchange::kGather, root, tensor_blocks({after.keep(in.contiguous())}), tensor_blocks(outs),
+                    s);
   });
 }
 
 c10::intrusive_ptr<c10d::Work> CudaPath::scatter(at::Tensor& out, std::vector<at::Tensor>& ins, int root) {
-  const int me = pg_.group_rank(), n = pg_.group_size();
   TORCH_CHECK(out.is_contiguous(), "dcomm: CUDA scatter takes a contiguous output");
   std::vector<at::Tensor> touched = ins;
   touched.push_back(out);
   return run(c10d::OpType::SCATTER, touched, {out}, [&](void* s, AfterLaunch& after) {
-    device_group_start(comm_);
-    Status st;
-    if (me == root)
-      for (int r = 0; r < n && st.ok(); ++r) {
-        at::Tensor src = after.keep(ins[static_cast<size_t>(r)].contiguous());
-        st = device_send(comm_, src.data_ptr(), nbytes(out), r, s);
-      }
-    if (st.ok()) st = device_recv(comm_, out.data_ptr(), nbytes(out), root, s);
-    Status end = device_group_end(comm_);
-    return st.ok() ? end : st;
+    std::vector<at::Tensor> srcs;
+    for (const auto& t : ins) srcs.push_back(after.keep(t.contiguous()));
+    return exchange(dcomm::Exchange::kScatter, root, tensor_blocks(srcs), tensor_blocks({out}), s);
   });
 }
 
-c10::intrusive_ptr<c10d::Work> CudaPath::alltoall(at::Tensor& out, at::Tensor& in,
-                                                  const std::vector<std::pair<size_t, size_t>>& out_parts,
-                                                  const std::vector<std::pair<size_t, size_t>>& in_parts) {
+c10::intrusive_ptr<c10d::Work> CudaPath::alltoall(at::Tensor& out, at::Tensor& in, const ByteSplits& out_bytes,
+                                                  const ByteSplits& in_bytes) {
   TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "dcomm: CUDA all_to_all_single takes contiguous tensors");
   return run(c10d::OpType::ALLTOALL_BASE, {in, out}, {out}, [&](void* s, AfterLaunch&) {
-    const char* src = static_cast<const char*>(in.data_ptr());
-    char* dst = static_cast<char*>(out.data_ptr());
-    device_group_start(comm_);
-    Status st;
-    for (size_t r = 0; r < in_parts.size() && st.ok(); ++r) {
-      st = device_send(comm_, src + in_parts[r].first, in_parts[r].second, static_cast<int>(r), s);
-      if (st.ok()) st = device_recv(comm_, dst + out_parts[r].first, out_parts[r].second, static_cast<int>(r), s);
-    }
-    Status end = device_group_end(comm_);
-    return st.ok() ? end : st;
+    return exchange(dcomm::Exchange::kAllToAll, 0,
+                    dcomm::blocks_of(in.data_ptr(), in_bytes.counts, in_bytes.displs, DataType::kUint8),
+                    dcomm::blocks_of(out.data_ptr(), out_bytes.counts, out_bytes.displs, DataType::kUint8), s);
   });
 }
 

@@ -58,9 +58,8 @@ class CudaPath {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(at::Tensor& out, std::vector<at::Tensor>& ins, const Reduction& r);
   c10::intrusive_ptr<c10d::Work> gather(std::vector<at::Tensor>& outs, at::Tensor& in, int root);
   c10::intrusive_ptr<c10d::Work> scatter(at::Tensor& out, std::vector<at::Tensor>& ins, int root);
-  c10::intrusive_ptr<c10d::Work> alltoall(at::Tensor& out, at::Tensor& in,
-                                          const std::vector<std::pair<size_t, size_t>>& out_parts,
-                                          const std::vector<std::pair<size_t, size_t>>& in_parts);
+  c10::intrusive_ptr<c10d::Work> alltoall(at::Tensor& out, at::Tensor& in, const ByteSplits& out_bytes,
+                                          const ByteSplits& in_bytes);
   c10::intrusive_ptr<c10d::Work> point_to_point(bool is_send, at::Tensor& t, int peer, int tag);
   void synchronize();
   void group_start();
@@ -85,6 +84,8 @@ class CudaPath {
   c10::intrusive_ptr<c10d::Work> run(c10d::OpType type, const std::vector<at::Tensor>& touched,
                                      std::vector<at::Tensor> outputs, Body body);
   void finish(AfterLaunch& after);
+  dcomm::Status exchange(dcomm::Exchange what, int root, const std::vector<dcomm::Block>& send,
+                         const std::vector<dcomm::Block>& recv, void* stream);
   void check_device(const at::Tensor& t) const;
 
   ProcessGroupDcomm& pg_;

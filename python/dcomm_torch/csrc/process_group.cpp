@@ -142,7 +142,6 @@ void check_one(const std::vector<at::Tensor>& ts, const char* what) {
   TORCH_CHECK(ts.size() == 1, "dcomm: ", what, " takes one tensor per process, got ", ts.size());
   check_dense(ts[0], what);
 }
-size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 // gather's outputs and scatter's inputs at the root: one list of n tensors, each of the size and
 // dtype of `like` (the other side of the call).
@@ -539,20 +538,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::gather(std::vector<std::vector
   std::vector<at::Tensor> outs;
   if (me == root) outs = root_list(outputs, n, in, "gather", "output");
   DCOMM_TORCH_ON_CUDA(in, gather(outs, in, root));
-  return enqueue(c10d::OpType::GATHER, outs, nbytes(in) * static_cast<size_t>(n), [this, in, outs, root, me, n] {
-    at::Tensor src = contiguous(in);
-    std::vector<dcomm::P2POp> ops;
-    std::vector<at::Tensor> bufs;
-    if (me != root) {
-      ops.push_back(dcomm::P2POp::send(src.data_ptr(), nbytes(src), DataType::kUint8, root));
-    } else {
-      for (int r = 0; r < n; ++r) {
-        bufs.push_back(contiguous(outs[static_cast<size_t>(r)]));
-        if (r == me) bufs.back().copy_(src.view(bufs.back().sizes()));
-        else ops.push_back(dcomm::P2POp::recv(bufs.back().data_ptr(), nbytes(src), DataType::kUint8, r));
-      }
-    }
-    Status s = comm_->p2p(ops);
+  return enqueue(c10d::OpType::GATHER, outs, nbytes(in) * static_cast<size_t>(n), [this, in, outs, root] {
+    std::vector<at::Tensor> src{contiguous(in)}, bufs;
+    for (const auto& o : outs) bufs.push_back(contiguous(o));
+    Status s =
+        comm_->exchange(dcomm::Exchange::kGather, root, tensor_blocks(src), tensor_blocks(bufs), DataType::kUint8);
     if (s.ok())
       for (size_t r = 0; r < bufs.size(); ++r) write_back(outs[r], bufs[r]);
     return s;
@@ -568,21 +558,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::scatter(std::vector<at::Tensor
   std::vector<at::Tensor> ins;
   if (me == root) ins = root_list(inputs, n, out, "scatter", "input");
   DCOMM_TORCH_ON_CUDA(out, scatter(out, ins, root));
-  return enqueue(c10d::OpType::SCATTER, {out}, nbytes(out) * static_cast<size_t>(n), [this, ins, out, root, me, n] {
-    at::Tensor dst = contiguous(out);
-    std::vector<dcomm::P2POp> ops;
-    std::vector<at::Tensor> srcs;
-    if (me == root) {
-      for (int r = 0; r < n; ++r) {
-        srcs.push_back(contiguous(ins[static_cast<size_t>(r)]));
-        if (r == me) dst.copy_(srcs.back().view(dst.sizes()));
-        else ops.push_back(dcomm::P2POp::send(srcs.back().data_ptr(), nbytes(dst), DataType::kUint8, r));
-      }
-    } else {
-      ops.push_back(dcomm::P2POp::recv(dst.data_ptr(), nbytes(dst), DataType::kUint8, root));
-    }
-    Status s = comm_->p2p(ops);
-    if (s.ok()) write_back(out, dst);
+  return enqueue(c10d::OpType::SCATTER, {out}, nbytes(out) * static_cast<size_t>(n), [this, ins, out, root] {
+    std::vector<at::Tensor> srcs, dst{contiguous(out)};
+    for (const auto& t : ins) srcs.push_back(contiguous(t));
+    Status s =
+        comm_->exchange(dcomm::Exchange::kScatter, root, tensor_blocks(srcs), tensor_blocks(dst), DataType::kUint8);
+    if (s.ok()) write_back(out, dst[0]);
     return s;
   });
 }
@@ -596,46 +577,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::alltoall_base(at::Tensor& outp
   TORCH_CHECK(input.scalar_type() == output.scalar_type(), "dcomm: all_to_all_single: input and output dtypes differ");
   const int n = group_size();
   // Splits count rows (the first dimension); none given: equal parts.
-  auto offsets = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+  auto byte_splits = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
     const int64_t rows = t.dim() ? t.size(0) : 1;
     const size_t row_bytes = rows ? nbytes(t) / static_cast<size_t>(rows) : 0;
-    std::vector<std::pair<size_t, size_t>> parts;  // (offset, bytes) per rank
+    std::vector<int64_t> parts = splits;
     if (splits.empty()) {
       TORCH_CHECK(rows % n == 0, "dcomm: all_to_all_single: ", which, " has ", rows, " rows, not a multiple of ", n);
-      for (int r = 0; r < n; ++r)
-        parts.emplace_back(static_cast<size_t>(r) * static_cast<size_t>(rows / n) * row_bytes,
-                           static_cast<size_t>(rows / n) * row_bytes);
-    } else {
-      TORCH_CHECK(static_cast<int>(splits.size()) == n, "dcomm: all_to_all_single: ", which, " splits need ", n,
-                  " entries");
-      size_t at = 0;
-      int64_t total = 0;
-      for (int64_t s : splits) {
-        TORCH_CHECK(s >= 0, "dcomm: all_to_all_single: a negative split");
-        parts.emplace_back(at, static_cast<size_t>(s) * row_bytes);
-        at += static_cast<size_t>(s) * row_bytes;
-        total += s;
-      }
-      TORCH_CHECK(total == rows, "dcomm: all_to_all_single: ", which, " splits add up to ", total, " rows, not ", rows);
+      parts.assign(static_cast<size_t>(n), rows / n);
     }
-    return parts;
+    TORCH_CHECK(static_cast<int>(parts.size()) == n, "dcomm: all_to_all_single: ", which, " splits need ", n,
+                " entries");
+    ByteSplits out;
+    size_t at = 0;
+    int64_t total = 0;
+    for (int64_t s : parts) {
+      TORCH_CHECK(s >= 0, "dcomm: all_to_all_single: a negative split");
+      out.counts.push_back(static_cast<size_t>(s) * row_bytes);
+      out.displs.push_back(at);
+      at += static_cast<size_t>(s) * row_bytes;
+      total += s;
+    }
+    TORCH_CHECK(total == rows, "dcomm: all_to_all_single: ", which, " splits add up to ", total, " rows, not ", rows);
+    return out;
   };
-  auto in_parts = offsets(input, input_splits, "the input");
-  auto out_parts = offsets(output, output_splits, "the output");
+  const ByteSplits in_bytes = byte_splits(input, input_splits, "the input");
+  const ByteSplits out_bytes = byte_splits(output, output_splits, "the output");
   at::Tensor in = input, out = output;
-  DCOMM_TORCH_ON_CUDA(in, alltoall(out, in, out_parts, in_parts));
-  return enqueue(c10d::OpType::ALLTOALL_BASE, {out}, nbytes(in), [this, in, out, in_parts, out_parts, n] {
+  DCOMM_TORCH_ON_CUDA(in, alltoall(out, in, out_bytes, in_bytes));
+  return enqueue(c10d::OpType::ALLTOALL_BASE, {out}, nbytes(in), [this, in, out, in_bytes, out_bytes] {
     at::Tensor src = contiguous(in), dst = contiguous(out);
-    std::vector<dcomm::P2POp> ops;
-    const char* s = static_cast<const char*>(src.data_ptr());
-    char* d = static_cast<char*>(dst.data_ptr());
-    for (int r = 0; r < n; ++r) {
-      ops.push_back(dcomm::P2POp::send(s + in_parts[static_cast<size_t>(r)].first,
-                                       in_parts[static_cast<size_t>(r)].second, DataType::kUint8, r));
-      ops.push_back(dcomm::P2POp::recv(d + out_parts[static_cast<size_t>(r)].first,
-                                       out_parts[static_cast<size_t>(r)].second, DataType::kUint8, r));
-    }
-    Status st = comm_->p2p(ops);
+    Status st = comm_->all_to_all_v(src.data_ptr(), in_bytes.counts, in_bytes.displs, dst.data_ptr(), out_bytes.counts,
+                                    out_bytes.displs, DataType::kUint8);
     if (st.ok()) write_back(out, dst);
     return st;
   });
@@ -656,18 +628,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::alltoall(std::vector<at::Tenso
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   size_t bytes = 0;
   for (const auto& t : ins) bytes += nbytes(t);
-  return enqueue(c10d::OpType::ALLTOALL, outs, bytes, [this, ins, outs, n] {
+  return enqueue(c10d::OpType::ALLTOALL, outs, bytes, [this, ins, outs] {
     std::vector<at::Tensor> srcs, dsts;
-    std::vector<dcomm::P2POp> ops;
-    for (int r = 0; r < n; ++r) {
-      srcs.push_back(contiguous(ins[static_cast<size_t>(r)]));
-      dsts.push_back(contiguous(outs[static_cast<size_t>(r)]));
-      ops.push_back(dcomm::P2POp::send(srcs.back().data_ptr(), nbytes(srcs.back()), DataType::kUint8, r));
-      ops.push_back(dcomm::P2POp::recv(dsts.back().data_ptr(), nbytes(dsts.back()), DataType::kUint8, r));
-    }
-    Status s = comm_->p2p(ops);
+    for (const auto& t : ins) srcs.push_back(contiguous(t));
+    for (const auto& t : outs) dsts.push_back(contiguous(t));
+    Status s =
+        comm_->exchange(dcomm::Exchange::kAllToAll, 0, tensor_blocks(srcs), tensor_blocks(dsts), DataType::kUint8);
     if (s.ok())
-      for (int r = 0; r < n; ++r) write_back(outs[static_cast<size_t>(r)], dsts[static_cast<size_t>(r)]);
+      for (size_t r = 0; r < dsts.size(); ++r) write_back(outs[r], dsts[r]);
     return s;
   });
 }

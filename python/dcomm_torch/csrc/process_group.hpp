@@ -48,6 +48,18 @@ using BackendBase = c10d::ProcessGroup;
 
 struct WorkState;
 
+inline size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+// Each tensor as a block of bytes (algo/exchange.hpp), in list order.
+inline std::vector<dcomm::Block> tensor_blocks(const std::vector<at::Tensor>& ts) {
+  std::vector<dcomm::Block> out;
+  for (const auto& t : ts) out.push_back({t.data_ptr(), nbytes(t)});
+  return out;
+}
+// all_to_all_single's splits as bytes per rank: counts and displacements (MPI_Alltoallv's).
+struct ByteSplits {
+  std::vector<size_t> counts, displs;
+};
+
 // What a group's calls report when they end, shared by the group and its Works (a Work may
 // outlive its group): the hooks torch registers, the group's first error (getError), and the
 // temporary timeout extensions (addEphemeralTimeout) each waiting for the call that ends them.
