@@ -5,7 +5,7 @@
 #   install-deps.sh --bench  only what dcomm-bench on host memory needs (the README's first command)
 set -euo pipefail
 bench_only=(g++ cmake ninja-build pkg-config libssl-dev)
-packages=(g++ cmake ninja-build pkg-config libssl-dev clang clang-format libclang-rt-14-dev doctest-dev libbenchmark-dev libhwloc-dev libucx-dev ucx-utils iperf3 libibverbs-dev rdma-core ibverbs-providers openmpi-bin libopenmpi-dev python3 python3-torch python3-dev python3-pip pybind11-dev libtorch-dev zlib1g-dev dataset-fashion-mnist slurm-wlm munge iproute2)
+packages=(g++ cmake ninja-build pkg-config libssl-dev clang clang-format clang-tidy libclang-rt-14-dev doctest-dev libbenchmark-dev libhwloc-dev libucx-dev ucx-utils iperf3 libibverbs-dev rdma-core ibverbs-providers openmpi-bin libopenmpi-dev python3 python3-torch python3-dev python3-pip pybind11-dev libtorch-dev zlib1g-dev dataset-fashion-mnist slurm-wlm munge iproute2)
 [ "${1:-}" = --bench ] && packages=("${bench_only[@]}")
 missing=()
 for p in "${packages[@]}"; do

@@ -74,6 +74,7 @@ struct Block {
 inline std::vector<Block> blocks_of(const void* buf, std::span<const size_t> counts, std::span<const size_t> displs,
                                     DataType type) {
   std::vector<Block> out;
+  out.reserve(counts.size());
   for (size_t r = 0; r < counts.size(); ++r)
     out.push_back({static_cast<const char*>(buf) + displs[r] * size_of(type), counts[r]});
   return out;
@@ -81,6 +82,7 @@ inline std::vector<Block> blocks_of(const void* buf, std::span<const size_t> cou
 // `n` equal blocks of `count` elements, one after another.
 inline std::vector<Block> equal_blocks(const void* buf, size_t count, int n, DataType type) {
   std::vector<Block> out;
+  out.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) out.push_back({static_cast<const char*>(buf) + r * count * size_of(type), count});
   return out;
 }
@@ -109,8 +111,8 @@ inline Result<std::vector<P2POp>> exchange_ops(Exchange what, int rank, int size
     if (m.peer == rank && self_send) {
       const Block& from = send[static_cast<size_t>(self_send->block)];
       if (from.count != b.count)
-        return invalid_argument(name, " on rank ", rank, ": its own block has ", from.count,
-                                " element(s) to send and ", b.count, " to receive");
+        return invalid_argument(name, " on rank ", rank, ": its own block has ", from.count, " element(s) to send and ",
+                                b.count, " to receive");
       if (from.at != b.at) {
         ops.push_back(P2POp::send(from.at, from.count, type, rank));
         ops.push_back(P2POp::recv(const_cast<void*>(b.at), b.count, type, rank));
@@ -147,10 +149,12 @@ inline Schedule schedule_exchange(Exchange what, int size, int rank, size_t coun
   Schedule s;
   for (const BlockMove& m : exchange_moves(what, rank, size, root)) {
     if (m.peer == rank) {
-      if (!m.send) s.push_back(detail::local_copy(block(true, what == Exchange::kGather ? 0 : rank), block(false, m.block)));
+      if (!m.send)
+        s.push_back(detail::local_copy(block(true, what == Exchange::kGather ? 0 : rank), block(false, m.block)));
       continue;
     }
-    s.push_back(m.send ? detail::send_only(m.peer, block(true, m.block)) : detail::recv_only(m.peer, block(false, m.block), false, false));
+    s.push_back(m.send ? detail::send_only(m.peer, block(true, m.block))
+                       : detail::recv_only(m.peer, block(false, m.block), false, false));
   }
   return s;
 }

@@ -73,6 +73,30 @@ inline Status copy_self_messages(std::span<const P2POp> ops, int rank) {
   return {};
 }
 
+// A round of run_p2p in which nothing moved: progresses the ports still in use; after the
+// backoff's spins, checks that their peers live, and at the clock's ticks fails the wait at the
+// deadline or diagnoses the stall.
+inline Status wait_on_batch(std::span<const P2POp> ops, const std::vector<bool>& finished,
+                            const std::vector<PeerPort*>& ports, Backoff& backoff, WaitClock& clock,
+                            bool message_stamps) {
+  auto port_of = [&](const P2POp& op) { return ports[static_cast<size_t>(op.peer)]; };
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (!finished[i]) port_of(ops[i])->progress();
+  if (!backoff.pause()) return {};
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (!finished[i]) DCOMM_RETURN_IF_ERROR(port_of(ops[i])->check_alive(ops[i].kind == P2POp::Kind::kSend));
+  const WaitClock::Tick t = clock.tick();
+  for (size_t i = 0; t != WaitClock::Tick::kWait && i < ops.size(); ++i) {
+    if (finished[i]) continue;
+    const bool sending = ops[i].kind == P2POp::Kind::kSend;
+    if (t == WaitClock::Tick::kTimedOut) return port_of(ops[i])->timeout_error(sending);
+    // A step of a collective that stalls: are the peers in this call at all? (Messages
+    // with stamps of their own are sends and receives, where a peer may simply be late.)
+    if (!message_stamps) DCOMM_RETURN_IF_ERROR(port_of(ops[i])->diagnose_stall(sending));
+  }
+  return {};
+}
+
 // How one message goes: `rendezvous` (whole, into the receiver's buffer), `by_reference` (a
 // send the wire may read in place), `stamp` (its own, or null: the collective's).
 struct P2PRoute {
@@ -209,20 +233,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
       clock.restart();
       continue;
     }
-    for (size_t i = 0; i < ops.size(); ++i)
-      if (!finished[i]) port_of(ops[i])->progress();
-    if (!backoff.pause()) continue;
-    for (size_t i = 0; i < ops.size(); ++i)
-      if (!finished[i]) DCOMM_RETURN_IF_ERROR(port_of(ops[i])->check_alive(ops[i].kind == P2POp::Kind::kSend));
-    const WaitClock::Tick t = clock.tick();
-    for (size_t i = 0; t != WaitClock::Tick::kWait && i < ops.size(); ++i) {
-      if (finished[i]) continue;
-      const bool sending = ops[i].kind == P2POp::Kind::kSend;
-      if (t == WaitClock::Tick::kTimedOut) return port_of(ops[i])->timeout_error(sending);
-      // A step of a collective that stalls: are the peers in this call at all? (Messages
-      // with stamps of their own are sends and receives, where a peer may simply be late.)
-      if (!message_stamps) DCOMM_RETURN_IF_ERROR(port_of(ops[i])->diagnose_stall(sending));
-    }
+    DCOMM_RETURN_IF_ERROR(detail::wait_on_batch(ops, finished, ports, backoff, clock, message_stamps));
   }
   // The wires have read what went by reference, before the caller may change it.
   for (size_t i = 0; any_by_reference && i < ops.size(); ++i)

@@ -97,7 +97,7 @@ inline Status finish(const std::vector<PeerPort*>& ports, int rank) {
   return {};
 }
 
-inline constexpr size_t kTileBytes = 256 * 1024;
+inline constexpr size_t kTileBytes = size_t{256} * 1024;
 
 // Writes `bytes` at `from` (this rank's output, just written, so in cache) to offset `at` of
 // every peer's output, in ring order from the next rank so peers are not all written at once.

@@ -45,7 +45,8 @@ Result<LocalRanks> spawn_processes(const std::vector<std::string>& argv, int ran
       if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     std::vector<std::string> env;
-    for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
+    env.reserve(vars.size());
+    for (const auto& [k, v] : vars) env.push_back(detail::cat(k, "=", v));
     std::vector<char*> cargv, cenv;
     for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);

@@ -36,11 +36,11 @@ inline LocalGroups& local_groups() {
 class AbortFanout final : public CallDirectory {
  public:
   // peers: the roster (outlives this); proxy: null when every peer is a thread of this process.
-  void join(const std::string& prefix, int rank, const std::vector<PeerInfo>* peers, std::shared_ptr<AbortState> abort,
-            Proxy* proxy) {
+  void join(const std::string& prefix, int rank, const std::vector<PeerInfo>* peers,
+            const std::shared_ptr<AbortState>& abort, Proxy* proxy) {
     prefix_ = prefix, rank_ = rank, peers_ = peers, proxy_ = proxy;
     std::lock_guard<std::mutex> lock(detail::local_groups().mu);
-    detail::local_groups().groups[prefix_][rank_] = std::move(abort);
+    detail::local_groups().groups[prefix_][rank_] = abort;
     joined_ = true;
   }
   ~AbortFanout() override { leave(); }

@@ -119,6 +119,7 @@ class Communicator : public ExchangeCalls<Communicator> {
     std::vector<std::unique_ptr<Communicator>> comms(static_cast<size_t>(size));
     std::vector<Status> errors(static_cast<size_t>(size));
     std::vector<std::thread> threads;
+    threads.reserve(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r)
       threads.emplace_back([&, r] {
         auto c = init(r, size, *id, config);
@@ -220,7 +221,7 @@ class Communicator : public ExchangeCalls<Communicator> {
     if (t_.proxy) t_.proxy->wait_abort_sent(std::chrono::seconds(1));  // the reason is out before we return
   }
 
-  // ---- collectives, raw form (counts in elements) -----------------------------------------
+  // ---- collectives, raw form (counts in elements; the exchanges: comm/exchange_calls.hpp) --
   Status all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
     return execute({OpKind::kAllReduce, send, recv, count, type, op});
   }
@@ -267,7 +268,6 @@ class Communicator : public ExchangeCalls<Communicator> {
     return p2p({P2POp::send(send_buf, send_count, type, dst), P2POp::recv(recv_buf, recv_count, type, src)});
   }
   Status p2p(std::vector<P2POp> ops) { return execute(OpDesc::point_to_point(std::move(ops))); }
-  // gather, scatter, all_to_all and all_to_all_v: comm/exchange_calls.hpp.
   Work p2p_async(std::vector<P2POp> ops) { return execute_async(OpDesc::point_to_point(std::move(ops))); }
   Status barrier() { return execute({OpKind::kBarrier}); }
   Work barrier_async() { return execute_async({OpKind::kBarrier}); }

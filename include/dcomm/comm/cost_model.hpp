@@ -39,11 +39,11 @@ struct CallShape {
 };
 
 struct LinkModel {
-  double alpha_us = 0.3;                   // one message step between two ranks (slot handoff)
-  double beta_us_per_byte = 1.0 / 5000;    // 5 GB/s through a staging FIFO (a copy in, a copy out)
-  double gamma_us_per_byte = 1.0 / 10000;  // 10 GB/s reduction (two reads, one write)
-  size_t slice_bytes = 512 * 1024;         // pipeline unit of the trees and chains (one slot)
-  size_t cache_bytes = 1 << 20;            // messages up to this size are modelled as in cache
+  double alpha_us = 0.3;                    // one message step between two ranks (slot handoff)
+  double beta_us_per_byte = 1.0 / 5000;     // 5 GB/s through a staging FIFO (a copy in, a copy out)
+  double gamma_us_per_byte = 1.0 / 10000;   // 10 GB/s reduction (two reads, one write)
+  size_t slice_bytes = size_t{512} * 1024;  // pipeline unit of the trees and chains (one slot)
+  size_t cache_bytes = 1 << 20;             // messages up to this size are modelled as in cache
   // Between hosts (TCP by default): a step and a byte over the network.
   double net_alpha_us = 20;
   double net_beta_us_per_byte = 1.0 / 1000;  // 1 GB/s

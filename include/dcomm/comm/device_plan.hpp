@@ -189,7 +189,9 @@ inline std::vector<uint8_t> agree_pair_paths(const std::vector<uint8_t>& wants_h
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b) {
       if (a == b) continue;
-      const size_t ab = static_cast<size_t>(a * n + b), ba = static_cast<size_t>(b * n + a);
+      const size_t un = static_cast<size_t>(n);
+      const size_t ab = static_cast<size_t>(a) * un + static_cast<size_t>(b);
+      const size_t ba = static_cast<size_t>(b) * un + static_cast<size_t>(a);
       host[ab] = wants_host[ab] || wants_host[ba];
     }
   return host;

@@ -56,8 +56,8 @@ DCOMM_HOST_DEVICE DeviceStatus run_coll_channel(const Team& team, const DeviceCo
   DeviceControl ctl = w.ctl;
   ctl.channel = c;
   // One rank has no connections: the schedules copy (local_copy) and touch no FIFO.
-  const DeviceConn* prev = w.size > 1 ? &w.conns[2 * c] : nullptr;
-  const DeviceConn* next = w.size > 1 ? &w.conns[2 * c + 1] : nullptr;
+  const DeviceConn* prev = w.size > 1 ? &w.conns[2 * static_cast<ptrdiff_t>(c)] : nullptr;
+  const DeviceConn* next = w.size > 1 ? &w.conns[2 * static_cast<ptrdiff_t>(c) + 1] : nullptr;
   DevicePrims<Team, T> p(team, prev, next, ctl, w.op, w.divide_by);
   size_t lo, n;
   channel_part(w.count, sizeof(T), c, w.channels, &lo, &n);
@@ -73,10 +73,12 @@ DCOMM_HOST_DEVICE DeviceStatus run_coll_channel(const Team& team, const DeviceCo
     case OpKind::kAllReduce: return ring_all_reduce(p, w.pos, w.size, b);
     case OpKind::kReduceScatter: return ring_reduce_scatter(p, w.pos, w.size, b);
     case OpKind::kReduce: return chain_reduce(p, w.pos, w.size, w.root_pos, b);
+    // kAllGather and kBroadcast must be launched as bytes; point-to-point and barriers are not
+    // collective work (a barrier runs as an all_reduce).
     case OpKind::kAllGather:
-    case OpKind::kBroadcast: break;  // must be launched as bytes
+    case OpKind::kBroadcast:
     case OpKind::kPointToPoint:
-    case OpKind::kBarrier: break;  // not collective work (a barrier runs as an all_reduce)
+    case OpKind::kBarrier: break;
   }
   return {DeviceStatus::kBadWork};
 }

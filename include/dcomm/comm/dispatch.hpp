@@ -39,74 +39,13 @@ struct DispatchContext {
   int size() const { return facts.size(); }
 };
 
-// Runs collective d (not point-to-point or barrier) with `algorithm` on every rank alike.
-inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Reducer& reducer, const CallShape& shape,
-                            Algorithm algorithm) {
+namespace detail {
+// The ring and the chains, between this rank's neighbours in the ring order.
+inline Status run_ring(const DispatchContext& c, const OpDesc& d, const Reducer& reducer, const CallShape& shape) {
   const SetupFacts& f = c.facts;
-  const int rank = c.rank, size = c.size();
-  const size_t eb = reducer.elem_bytes;
-  LinkTable& links = c.links;
-  auto& scratch = c.scratch;
-  switch (algorithm) {
-    case Algorithm::kRing: break;
-    case Algorithm::kDirect:
-      DCOMM_RETURN_IF_ERROR(links.connect_all(f.order));
-      if (d.kind == OpKind::kReduceScatter)
-        return direct_reduce_scatter({links.all(), rank, c.config}, reducer, d.send, d.recv, d.count);
-      if (d.kind == OpKind::kAllGather)
-        return direct_all_gather({links.all(), rank, c.config}, d.send, d.recv, d.count * eb);
-      return direct_all_reduce({links.all(), rank, c.config}, reducer, d.send, d.recv, d.count);
-    case Algorithm::kOrdered:
-      DCOMM_RETURN_IF_ERROR(links.connect_all(f.order));
-      if (d.kind == OpKind::kReduceScatter)
-        return ordered_reduce_scatter(links.all(), rank, reducer, d.send, d.recv, d.count, scratch, c.config);
-      if (d.kind == OpKind::kReduce)
-        return ordered_reduce(links.all(), rank, d.root, reducer, d.send, d.recv, d.count, scratch, c.config);
-      return ordered_all_reduce(links.all(), rank, reducer, d.send, d.recv, d.count, scratch, c.config);
-    case Algorithm::kSingleCopy:
-    case Algorithm::kSingleCopyIfRegistered: {
-      DCOMM_RETURN_IF_ERROR(links.connect_all(f.order));
-      if (d.kind == OpKind::kAllGather)
-        return single_copy_all_gather(links.all(), rank, d.send, d.recv, d.count * eb, stream_output(shape, c.config));
-      if (d.kind == OpKind::kBroadcast)
-        return single_copy_broadcast(links.all(), rank, d.root, d.send, d.recv, d.count * eb);
-      const bool only_if_registered = algorithm == Algorithm::kSingleCopyIfRegistered;
-      auto ran =
-          d.kind == OpKind::kReduceScatter
-              ? single_copy_reduce_scatter(links.all(), rank, reducer, d.send, d.recv, d.count, only_if_registered)
-              : single_copy_all_reduce(links.all(), rank, reducer, d.send, d.recv, d.count, only_if_registered);
-      if (!ran.ok() || *ran) return ran.status();
-      DCOMM_LOG(kTrace, kSubsysColl, rank, "not every buffer is from mem_alloc: ring instead");
-      break;
-    }
-    default: {  // the schedules and trees over all peers (algo/recursive.hpp), in the ring order
-      DCOMM_RETURN_IF_ERROR(links.connect_all(f.order));
-      const PeerSet ps{links.all_by_position(), f.pos, c.config};
-      const int root = f.pos_of[static_cast<size_t>(d.root)];
-      switch (d.kind) {
-        case OpKind::kAllReduce:
-          if (algorithm == Algorithm::kHierarchical)
-            return hierarchical_all_reduce(ps, f.host_at, reducer, d.send, d.recv, d.count, scratch);
-          if (algorithm == Algorithm::kRecursiveDoubling)
-            return recursive_doubling_all_reduce(ps, reducer, d.send, d.recv, d.count, scratch);
-          if (algorithm == Algorithm::kDoubleTree)
-            return double_tree_all_reduce(ps, reducer, d.send, d.recv, d.count, scratch);
-          if (algorithm == Algorithm::kRabenseifner)
-            return rabenseifner_all_reduce(ps, reducer, d.send, d.recv, d.count);
-          return tree_all_reduce(ps, reducer, d.send, d.recv, d.count, scratch);
-        case OpKind::kReduceScatter:
-          return halving_reduce_scatter(ps, f.order, reducer, d.send, d.recv, d.count, scratch);
-        case OpKind::kAllGather:  // its blocks are the output's: in rank order
-          return doubling_all_gather({links.all(), rank, c.config}, d.send, d.recv, d.count * eb);
-        case OpKind::kBroadcast: return tree_broadcast(ps, root, d.send, d.recv, d.count * eb);
-        case OpKind::kReduce: return tree_reduce(ps, reducer, root, d.send, d.recv, d.count, scratch);
-        default: return make_error(ErrorCode::kInternal, "no ", to_string(algorithm), " for ", to_string(d.kind));
-      }
-    }
-  }
-  // The ring and the chains.
-  PeerPort* next = size > 1 ? links.port(f.at_position(f.pos + 1)) : nullptr;
-  PeerPort* prev = size > 1 ? links.port(f.at_position(f.pos - 1)) : nullptr;
+  const int size = c.size();
+  PeerPort* next = size > 1 ? c.links.port(f.at_position(f.pos + 1)) : nullptr;
+  PeerPort* prev = size > 1 ? c.links.port(f.at_position(f.pos - 1)) : nullptr;
   RingBuffers b{static_cast<const char*>(d.send), static_cast<char*>(d.recv), d.count, f.order.data()};
   const int root = f.pos_of[static_cast<size_t>(d.root)];
   auto run = [&](auto& prims) -> Status {
@@ -123,11 +62,89 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
     return s.ok() ? prims.wait_sent() : s;  // the wire has read what went by reference
   };
   if (f.lands && ring_lands(shape, c.config)) {
-    LandingPrimitives prims(prev, next, reducer, scratch, c.config.slot_bytes * static_cast<size_t>(c.config.slots));
+    LandingPrimitives prims(prev, next, reducer, c.scratch, c.config.slot_bytes * static_cast<size_t>(c.config.slots));
     return run(prims);
   }
   Primitives prims(prev, next, reducer, stream_output(shape, c.config), /*by_reference=*/true);
   return run(prims);
+}
+
+// Every rank reads the others' buffers in place (kSingleCopyIfRegistered: when all are from
+// mem_alloc); false when it did not run, and the ring runs instead.
+inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, const Reducer& reducer,
+                                    const CallShape& shape, bool only_if_registered) {
+  LinkTable& links = c.links;
+  const size_t eb = reducer.elem_bytes;
+  if (d.kind == OpKind::kAllGather) {
+    DCOMM_RETURN_IF_ERROR(
+        single_copy_all_gather(links.all(), c.rank, d.send, d.recv, d.count * eb, stream_output(shape, c.config)));
+    return true;
+  }
+  if (d.kind == OpKind::kBroadcast) {
+    DCOMM_RETURN_IF_ERROR(single_copy_broadcast(links.all(), c.rank, d.root, d.send, d.recv, d.count * eb));
+    return true;
+  }
+  return d.kind == OpKind::kReduceScatter
+             ? single_copy_reduce_scatter(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered)
+             : single_copy_all_reduce(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered);
+}
+
+// The schedules and trees over all peers (algo/recursive.hpp), in the ring order.
+inline Status run_over_peers(const DispatchContext& c, const OpDesc& d, const Reducer& reducer, Algorithm algorithm) {
+  const SetupFacts& f = c.facts;
+  const PeerSet ps{c.links.all_by_position(), f.pos, c.config};
+  const int root = f.pos_of[static_cast<size_t>(d.root)];
+  auto& scratch = c.scratch;
+  switch (d.kind) {
+    case OpKind::kAllReduce:
+      if (algorithm == Algorithm::kHierarchical)
+        return hierarchical_all_reduce(ps, f.host_at, reducer, d.send, d.recv, d.count, scratch);
+      if (algorithm == Algorithm::kRecursiveDoubling)
+        return recursive_doubling_all_reduce(ps, reducer, d.send, d.recv, d.count, scratch);
+      if (algorithm == Algorithm::kDoubleTree)
+        return double_tree_all_reduce(ps, reducer, d.send, d.recv, d.count, scratch);
+      if (algorithm == Algorithm::kRabenseifner) return rabenseifner_all_reduce(ps, reducer, d.send, d.recv, d.count);
+      return tree_all_reduce(ps, reducer, d.send, d.recv, d.count, scratch);
+    case OpKind::kReduceScatter: return halving_reduce_scatter(ps, f.order, reducer, d.send, d.recv, d.count, scratch);
+    case OpKind::kAllGather:  // its blocks are the output's: in rank order
+      return doubling_all_gather({c.links.all(), c.rank, c.config}, d.send, d.recv, d.count * reducer.elem_bytes);
+    case OpKind::kBroadcast: return tree_broadcast(ps, root, d.send, d.recv, d.count * reducer.elem_bytes);
+    case OpKind::kReduce: return tree_reduce(ps, reducer, root, d.send, d.recv, d.count, scratch);
+    default: return make_error(ErrorCode::kInternal, "no ", to_string(algorithm), " for ", to_string(d.kind));
+  }
+}
+}  // namespace detail
+
+// Runs collective d (not point-to-point or barrier) with `algorithm` on every rank alike: the
+// ring and chains between neighbours; every other algorithm connects to every peer first.
+inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Reducer& reducer, const CallShape& shape,
+                            Algorithm algorithm) {
+  if (algorithm == Algorithm::kRing) return detail::run_ring(c, d, reducer, shape);
+  const int rank = c.rank;
+  LinkTable& links = c.links;
+  DCOMM_RETURN_IF_ERROR(links.connect_all(c.facts.order));
+  switch (algorithm) {
+    case Algorithm::kDirect:
+      if (d.kind == OpKind::kReduceScatter)
+        return direct_reduce_scatter({links.all(), rank, c.config}, reducer, d.send, d.recv, d.count);
+      if (d.kind == OpKind::kAllGather)
+        return direct_all_gather({links.all(), rank, c.config}, d.send, d.recv, d.count * reducer.elem_bytes);
+      return direct_all_reduce({links.all(), rank, c.config}, reducer, d.send, d.recv, d.count);
+    case Algorithm::kOrdered:
+      if (d.kind == OpKind::kReduceScatter)
+        return ordered_reduce_scatter(links.all(), rank, reducer, d.send, d.recv, d.count, c.scratch, c.config);
+      if (d.kind == OpKind::kReduce)
+        return ordered_reduce(links.all(), rank, d.root, reducer, d.send, d.recv, d.count, c.scratch, c.config);
+      return ordered_all_reduce(links.all(), rank, reducer, d.send, d.recv, d.count, c.scratch, c.config);
+    case Algorithm::kSingleCopy:
+    case Algorithm::kSingleCopyIfRegistered: {
+      auto ran = detail::run_single_copy(c, d, reducer, shape, algorithm == Algorithm::kSingleCopyIfRegistered);
+      if (!ran.ok() || *ran) return ran.status();
+      DCOMM_LOG(kTrace, kSubsysColl, rank, "not every buffer is from mem_alloc: ring instead");
+      return detail::run_ring(c, d, reducer, shape);
+    }
+    default: return detail::run_over_peers(c, d, reducer, algorithm);
+  }
 }
 
 // The choice for a collective of `shape` (comm/algorithm_choice.hpp, with what the ranks agreed).

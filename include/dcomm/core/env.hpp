@@ -37,7 +37,7 @@ class EnvTable {
   const std::map<std::string, std::string>* saved_;
 };
 
-inline std::string env_or(const char* name, std::string fallback = {}) {
+inline std::string env_or(const char* name, const std::string& fallback = {}) {
   if (const auto* t = detail::env_table()) {
     auto it = t->find(name);
     return it != t->end() && !it->second.empty() ? it->second : fallback;
@@ -112,7 +112,7 @@ struct Config {
   // Longest a wait may go without progress before the call fails (DCOMM_TIMEOUT_MS).
   std::chrono::milliseconds timeout{60'000};
   // Staging FIFO per directed peer link: slots x slot_bytes (DCOMM_SLOT_BYTES, DCOMM_SLOTS).
-  size_t slot_bytes = 512 * 1024;
+  size_t slot_bytes = size_t{512} * 1024;
   int slots = 8;
   // DCOMM_SMALL_SLOTS: a shared-memory or in-process FIFO's slots in all (at least
   // DCOMM_SLOTS): a message of up to 448 bytes stays in its 512-byte slot and needs no data

@@ -169,208 +169,269 @@ struct SimLayout {
   int root = 0;  // broadcast, reduce
 };
 
+namespace sim {
+// One simulation: the ranks' buffers, clocks, program counters and message queues.
+class Run {
+ public:
+  Run(const std::vector<Schedule>& schedules, SimCollective what, size_t elems, size_t elem_bytes, size_t block,
+      const SimNetwork& net, const SimLayout& layout)
+      : s_(schedules),
+        what_(what),
+        elems_(elems),
+        eb_(elem_bytes),
+        block_(block),
+        net_(net),
+        layout_(layout),
+        n_(static_cast<int>(schedules.size())),
+        clock_(static_cast<size_t>(n_), 0.0),
+        pc_(static_cast<size_t>(n_), 0),
+        sent_(static_cast<size_t>(n_), false),
+        waiting_(static_cast<size_t>(n_), false) {
+    // Concurrent off-host senders per (host, step index), for NIC sharing.
+    for (int x = 0; x < n_; ++x)
+      for (size_t i = 0; i < s_[static_cast<size_t>(x)].size(); ++i) {
+        const Step& st = s_[static_cast<size_t>(x)][i];
+        if (st.send_peer >= 0 && host(st.send_peer) != host(x)) ++off_host_[{host(x), i}];
+      }
+    fill_buffers();
+    if (net.cores_per_host > 0)
+      cores_.assign(static_cast<size_t>(host(n_ - 1)) + 1,
+                    std::vector<double>(static_cast<size_t>(net.cores_per_host), 0.0));
+  }
+
+  SimResult run() {
+    for (int x = 0; x < n_; ++x) ready_.push({0.0, x});
+    int finished = 0;
+    while (!ready_.empty()) {
+      const int x = ready_.top().second;
+      ready_.pop();
+      if (pc_[static_cast<size_t>(x)] == s_[static_cast<size_t>(x)].size()) ++finished;
+      else if (!step(x)) return res_;
+    }
+    if (finished != n_) {
+      for (int x = 0; x < n_; ++x)
+        if (pc_[static_cast<size_t>(x)] < s_[static_cast<size_t>(x)].size())
+          return fail(cat("deadlock: rank ", x, " waits at step ", pc_[static_cast<size_t>(x)]));
+    }
+    for (const auto& [pair, q] : queues_)
+      if (!q.empty()) return fail(cat("rank ", pair.first, " sent rank ", pair.second, " a message it never received"));
+    uint64_t all = 0;
+    for (int x = 0; x < n_; ++x) all += rank_hash(x);
+    const Fingerprint reduced{static_cast<uint32_t>(n_), 1, all};  // every contribution, finalized once
+    for (int x = 0; x < n_ && res_.error.empty(); ++x) check(x, reduced);
+    res_.time_us = *std::max_element(clock_.begin(), clock_.end());
+    return res_;
+  }
+
+ private:
+  template <class... Args>
+  static std::string cat(const Args&... args) {
+    std::string out;
+    ((out += to_text(args)), ...);
+    return out;
+  }
+  static std::string to_text(const std::string& v) { return v; }
+  static std::string to_text(const char* v) { return v; }
+  template <class T>
+  static std::string to_text(const T& v) {
+    return std::to_string(v);
+  }
+  SimResult fail(std::string why) {
+    res_.error = std::move(why);
+    return res_;
+  }
+  int host(int x) const { return x / std::max(1, net_.ranks_per_host); }
+  SymbolicBuffer& buf(int x) { return buf_[static_cast<size_t>(x)]; }
+  double& clock(int x) { return clock_[static_cast<size_t>(x)]; }
+  static double per_byte(double bytes, double rate) { return rate > 0 ? bytes / rate : 0.0; }
+
+  void fill_buffers() {
+    buf_.resize(static_cast<size_t>(n_));
+    // What the rest of a buffer holds before the call: not zeros, so a fold into it is caught.
+    const Fingerprint garbage{0, 0, rank_hash(-1)};
+    for (int x = 0; x < n_; ++x) {
+      Fingerprint mine{1, 0, rank_hash(x)};
+      if (sim_exchanges(what_)) {
+        buf(x) = SymbolicBuffer(2 * elems_, garbage);
+        for (int b = 0; b < n_; ++b)
+          buf(x).put({block_ * static_cast<size_t>(b), block_ * static_cast<size_t>(b + 1)},
+                     {{0, block_, Fingerprint{1, 0, block_hash(x, b)}}}, false);
+      } else if (what_ == SimCollective::kAllGather) {
+        buf(x) = SymbolicBuffer(elems_, garbage);
+        std::vector<Piece> own{{0, block_, mine}};
+        buf(x).put({block_ * static_cast<size_t>(x), block_ * static_cast<size_t>(x + 1)}, own, false);
+      } else if (layout_.buffer_elems) {
+        buf(x) = SymbolicBuffer(layout_.buffer_elems, garbage);
+        buf(x).put({layout_.input_at, layout_.input_at + elems_}, {{0, elems_, mine}}, false);
+      } else {
+        buf(x) = SymbolicBuffer(elems_, mine);
+      }
+    }
+  }
+
+  // Writes `data` over rank x's range `r` at its step i, folding when `reduce`; false, with the
+  // error set, when a fold meets finalized data (it would be divided twice).
+  bool land(int x, size_t i, Range r, const std::vector<Piece>& data, bool reduce) {
+    if (buf(x).put(r, data, reduce)) return true;
+    res_.error = cat("rank ", x, " step ", i, " reduces data already finalized");
+    return false;
+  }
+
+  // Runs `us` of work for rank x from its clock, on the host's first free core when modelled.
+  void work(int x, double us) {
+    double& t = clock(x);
+    if (us <= 0) return;
+    if (cores_.empty()) {
+      t += us;
+      return;
+    }
+    auto& mine = cores_[static_cast<size_t>(host(x))];
+    auto core = std::min_element(mine.begin(), mine.end());
+    t = std::max(t, *core) + us;
+    *core = t;
+  }
+
+  // Rank x's next step; false on an error (res_.error says which). A step that waits for a
+  // message leaves x off the ready queue until the message is sent.
+  bool step(int x) {
+    size_t& i = pc_[static_cast<size_t>(x)];
+    const Step& st = s_[static_cast<size_t>(x)][i];
+    if (st.kind == Step::Kind::kFinalize) {
+      buf(x).finalize(st.recv);
+    } else if (st.kind == Step::Kind::kCopy) {  // or, with reduce, a fold of one range into another
+      if (!land(x, i, st.recv, buf(x).get(st.send), st.reduce)) return false;
+      const double bytes = static_cast<double>(st.recv.size() * eb_);
+      if (!st.fused) work(x, per_byte(bytes, st.reduce ? net_.reduce_bytes_per_us : net_.copy_bytes_per_us));
+    } else {
+      if (st.send_peer >= 0 && !sent_[static_cast<size_t>(x)]) send(x, st, i);
+      if (st.recv_peer >= 0) {
+        auto& q = queues_[{st.recv_peer, x}];
+        if (q.empty()) {  // wait for it
+          waiting_[static_cast<size_t>(x)] = true;
+          return true;
+        }
+        if (!receive(x, st, i, q)) return false;
+      }
+      sent_[static_cast<size_t>(x)] = false;
+    }
+    ++i;
+    ready_.push({clock(x), x});
+    return true;
+  }
+
+  void send(int x, const Step& st, size_t i) {
+    const bool remote = host(st.send_peer) != host(x);
+    const double bytes = static_cast<double>(st.send.size() * eb_);
+    double bw = net_.local_bytes_per_us, alpha = net_.local_alpha_us;
+    if (remote) {
+      const int sharing = off_host_[{host(x), i}];
+      bw = net_.nic_bytes_per_us * std::min(1.0, static_cast<double>(net_.nics_per_host) / std::max(1, sharing));
+      alpha = net_.net_alpha_us;
+    }
+    work(x, (st.fused ? 0 : net_.step_cpu_us) + per_byte(bytes, net_.copy_bytes_per_us));  // into the slot
+    const double depart = clock(x);
+    queues_[{x, st.send_peer}].push_back({buf(x).get(st.send), st.send.size(), depart + alpha + bytes / bw});
+    clock(x) = depart + bytes / bw;
+    sent_[static_cast<size_t>(x)] = true;
+    ++res_.messages;
+    if (waiting_[static_cast<size_t>(st.send_peer)]) {
+      waiting_[static_cast<size_t>(st.send_peer)] = false;
+      ready_.push({clock(st.send_peer), st.send_peer});
+    }
+  }
+
+  bool receive(int x, const Step& st, size_t i, std::deque<Message>& q) {
+    Message m = std::move(q.front());
+    q.pop_front();
+    if (m.elems != st.recv.size()) {
+      res_.error = cat("rank ", x, " step ", i, " expects ", st.recv.size(), " elements from rank ", st.recv_peer,
+                       ", which sent ", m.elems);
+      return false;
+    }
+    if (!land(x, i, st.recv, m.data, st.reduce)) return false;
+    double& t = clock(x);
+    if (m.arrival > t) t = m.arrival + net_.wake_us;
+    const double bytes = static_cast<double>(st.recv.size() * eb_);
+    const bool staged = st.reduce && st.send_peer >= 0 && st.send.begin < st.recv.end && st.recv.begin < st.send.end;
+    double cpu = st.send_peer >= 0 ? 0 : net_.step_cpu_us;  // a send and receive together are one step
+    if (st.reduce) cpu += per_byte(bytes, net_.reduce_bytes_per_us);
+    if (!st.reduce || staged) cpu += per_byte(bytes, net_.copy_bytes_per_us);  // out of the slot
+    work(x, cpu);
+    return true;
+  }
+
+  // Rank x ends with what its collective promises (above; `reduced`: every contribution,
+  // finalized once); sets res_.error when not.
+  void check(int x, Fingerprint reduced) {
+    const SymbolicBuffer& b = buf(x);
+    auto expect = [&](Range r, Fingerprint want, const char* what_part) {
+      for (Piece p : b.get(r)) {
+        if (n_ == 1 && what_ != SimCollective::kAllGather && what_ != SimCollective::kBroadcast &&
+            !sim_exchanges(what_) && p.fp.finalized == 0)
+          p.fp.finalized = 1;  // over one rank, finalizing is nothing
+        if (!(p.fp == want)) {
+          res_.error = cat("rank ", x, " ends with ", what_part, " holding ", p.fp.count, " contributions (finalized ",
+                           p.fp.finalized, "x) at elements ", r.begin + p.begin, "-", r.begin + p.end);
+          return;
+        }
+      }
+    };
+    auto block = [&](int y, size_t first) {
+      return Range{first + block_ * static_cast<size_t>(y), first + block_ * static_cast<size_t>(y + 1)};
+    };
+    // An exchange's receive block y, and what it should hold: rank from's block for this rank.
+    auto received = [&](int y, int from, int from_block) {
+      expect(block(y, static_cast<size_t>(n_) * block_), Fingerprint{1, 0, block_hash(from, from_block)},
+             "a received block");
+    };
+    const Range output{layout_.output_at, layout_.output_at + elems_};
+    switch (what_) {
+      case SimCollective::kGather:
+        for (int y = 0; y < n_ && x == layout_.root && res_.error.empty(); ++y) received(y, y, 0);
+        break;
+      case SimCollective::kScatter: received(0, layout_.root, x); break;
+      case SimCollective::kAllToAll:
+        for (int y = 0; y < n_ && res_.error.empty(); ++y) received(y, y, x);
+        break;
+      case SimCollective::kAllReduce: expect(output, reduced, "its buffer"); break;
+      case SimCollective::kBroadcast: expect(output, Fingerprint{1, 0, rank_hash(layout_.root)}, "its buffer"); break;
+      case SimCollective::kReduce:
+        if (x == layout_.root) expect(output, reduced, "the root's buffer");
+        break;
+      case SimCollective::kReduceScatter: expect(block(x, 0), reduced, "its block"); break;
+      case SimCollective::kAllGather:
+        for (int y = 0; y < n_ && res_.error.empty(); ++y)
+          expect(block(y, 0), Fingerprint{1, 0, rank_hash(y)}, "a gathered block");
+        break;
+    }
+  }
+
+  const std::vector<Schedule>& s_;
+  SimCollective what_;
+  size_t elems_, eb_, block_;
+  const SimNetwork& net_;
+  SimLayout layout_;
+  int n_;
+  SimResult res_;
+  std::map<std::pair<int, size_t>, int> off_host_;
+  std::vector<SymbolicBuffer> buf_;
+  std::vector<double> clock_;
+  std::vector<size_t> pc_;
+  std::vector<bool> sent_, waiting_;
+  std::map<std::pair<int, int>, std::deque<Message>> queues_;  // (from, to)
+  std::vector<std::vector<double>> cores_;                     // per host: when each core is next free
+  using Event = std::pair<double, int>;                        // (clock, rank), earliest first
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> ready_;
+};
+}  // namespace sim
+
 // Runs schedules[x] for every rank x: `elems` is the working buffer's length (all_reduce: the
 // count, in `layout`; the exchanges: the n send blocks, the n receive blocks follow),
 // `elem_bytes` the bytes of one element, `block` the per-rank block (reduce_scatter,
 // all_gather, the exchanges).
 inline SimResult simulate(const std::vector<Schedule>& schedules, SimCollective what, size_t elems, size_t elem_bytes,
                           size_t block, const SimNetwork& net, const SimLayout& layout = {}) {
-  using namespace sim;
-  const int n = static_cast<int>(schedules.size());
-  SimResult res;
-  auto host = [&](int x) { return x / std::max(1, net.ranks_per_host); };
-  // Concurrent off-host senders per (host, step index), for NIC sharing.
-  std::map<std::pair<int, size_t>, int> off_host;
-  for (int x = 0; x < n; ++x)
-    for (size_t i = 0; i < schedules[static_cast<size_t>(x)].size(); ++i) {
-      const Step& st = schedules[static_cast<size_t>(x)][i];
-      if (st.send_peer >= 0 && host(st.send_peer) != host(x)) ++off_host[{host(x), i}];
-    }
-  std::vector<SymbolicBuffer> buf(static_cast<size_t>(n));
-  // What the rest of a buffer holds before the call: not zeros, so a fold into it is caught.
-  const Fingerprint garbage{0, 0, rank_hash(-1)};
-  for (int x = 0; x < n; ++x) {
-    Fingerprint mine{1, 0, rank_hash(x)};
-    if (sim_exchanges(what)) {
-      buf[static_cast<size_t>(x)] = SymbolicBuffer(2 * elems, garbage);
-      for (int b = 0; b < n; ++b)
-        buf[static_cast<size_t>(x)].put({block * static_cast<size_t>(b), block * static_cast<size_t>(b + 1)},
-                                        {{0, block, Fingerprint{1, 0, block_hash(x, b)}}}, false);
-    } else if (what == SimCollective::kAllGather) {
-      buf[static_cast<size_t>(x)] = SymbolicBuffer(elems, garbage);
-      std::vector<Piece> own{{0, block, mine}};
-      buf[static_cast<size_t>(x)].put({block * static_cast<size_t>(x), block * static_cast<size_t>(x + 1)}, own, false);
-    } else if (layout.buffer_elems) {
-      buf[static_cast<size_t>(x)] = SymbolicBuffer(layout.buffer_elems, garbage);
-      buf[static_cast<size_t>(x)].put({layout.input_at, layout.input_at + elems}, {{0, elems, mine}}, false);
-    } else {
-      buf[static_cast<size_t>(x)] = SymbolicBuffer(elems, mine);
-    }
-  }
-  // Writes `data` over rank x's range `r` at its step i, folding when `reduce`; false, with the
-  // error set, when a fold meets finalized data (it would be divided twice).
-  auto land = [&](int x, size_t i, Range r, const std::vector<Piece>& data, bool reduce) {
-    if (buf[static_cast<size_t>(x)].put(r, data, reduce)) return true;
-    res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " reduces data already finalized";
-    return false;
-  };
-  std::vector<double> clock(static_cast<size_t>(n), 0.0);
-  std::vector<size_t> pc(static_cast<size_t>(n), 0);
-  std::vector<bool> sent(static_cast<size_t>(n), false), waiting(static_cast<size_t>(n), false);
-  std::map<std::pair<int, int>, std::deque<Message>> queues;  // (from, to)
-  // Cores of each host: when each is next free.
-  std::vector<std::vector<double>> cores;
-  if (net.cores_per_host > 0)
-    cores.assign(static_cast<size_t>(host(n - 1) + 1),
-                 std::vector<double>(static_cast<size_t>(net.cores_per_host), 0.0));
-  // Runs `us` of work for rank x from its clock, on the host's first free core when modelled.
-  auto work = [&](int x, double us) {
-    double& t = clock[static_cast<size_t>(x)];
-    if (us <= 0) return;
-    if (cores.empty()) {
-      t += us;
-      return;
-    }
-    auto& mine = cores[static_cast<size_t>(host(x))];
-    auto core = std::min_element(mine.begin(), mine.end());
-    t = std::max(t, *core) + us;
-    *core = t;
-  };
-  auto per_byte = [](double bytes, double rate) { return rate > 0 ? bytes / rate : 0.0; };
-  using Event = std::pair<double, int>;  // (clock, rank), earliest first
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> ready;
-  for (int x = 0; x < n; ++x) ready.push({0.0, x});
-  int finished = 0;
-  while (!ready.empty()) {
-    const int x = ready.top().second;
-    ready.pop();
-    const Schedule& s = schedules[static_cast<size_t>(x)];
-    size_t& i = pc[static_cast<size_t>(x)];
-    if (i == s.size()) {
-      ++finished;
-      continue;
-    }
-    const Step& st = s[i];
-    if (st.kind == Step::Kind::kFinalize) {
-      buf[static_cast<size_t>(x)].finalize(st.recv);
-      ++i;
-      ready.push({clock[static_cast<size_t>(x)], x});
-      continue;
-    }
-    if (st.kind == Step::Kind::kCopy) {  // or, with reduce, a fold of one range into another
-      if (!land(x, i, st.recv, buf[static_cast<size_t>(x)].get(st.send), st.reduce)) return res;
-      const double bytes = static_cast<double>(st.recv.size() * elem_bytes);
-      if (!st.fused) work(x, per_byte(bytes, st.reduce ? net.reduce_bytes_per_us : net.copy_bytes_per_us));
-      ++i;
-      ready.push({clock[static_cast<size_t>(x)], x});
-      continue;
-    }
-    if (st.send_peer >= 0 && !sent[static_cast<size_t>(x)]) {
-      const bool remote = host(st.send_peer) != host(x);
-      const double bytes = static_cast<double>(st.send.size() * elem_bytes);
-      double bw = net.local_bytes_per_us, alpha = net.local_alpha_us;
-      if (remote) {
-        const int sharing = off_host[{host(x), i}];
-        bw = net.nic_bytes_per_us * std::min(1.0, static_cast<double>(net.nics_per_host) / std::max(1, sharing));
-        alpha = net.net_alpha_us;
-      }
-      work(x, (st.fused ? 0 : net.step_cpu_us) + per_byte(bytes, net.copy_bytes_per_us));  // into the slot
-      const double depart = clock[static_cast<size_t>(x)];
-      queues[{x, st.send_peer}].push_back(
-          {buf[static_cast<size_t>(x)].get(st.send), st.send.size(), depart + alpha + bytes / bw});
-      clock[static_cast<size_t>(x)] = depart + bytes / bw;
-      sent[static_cast<size_t>(x)] = true;
-      ++res.messages;
-      if (waiting[static_cast<size_t>(st.send_peer)]) {
-        waiting[static_cast<size_t>(st.send_peer)] = false;
-        ready.push({clock[static_cast<size_t>(st.send_peer)], st.send_peer});
-      }
-    }
-    if (st.recv_peer >= 0) {
-      auto& q = queues[{st.recv_peer, x}];
-      if (q.empty()) {  // wait for it
-        waiting[static_cast<size_t>(x)] = true;
-        continue;
-      }
-      Message m = std::move(q.front());
-      q.pop_front();
-      if (m.elems != st.recv.size()) {
-        res.error = "rank " + std::to_string(x) + " step " + std::to_string(i) + " expects " +
-                    std::to_string(st.recv.size()) + " elements from rank " + std::to_string(st.recv_peer) +
-                    ", which sent " + std::to_string(m.elems);
-        return res;
-      }
-      if (!land(x, i, st.recv, m.data, st.reduce)) return res;
-      double& t = clock[static_cast<size_t>(x)];
-      if (m.arrival > t) t = m.arrival + net.wake_us;
-      const double bytes = static_cast<double>(st.recv.size() * elem_bytes);
-      const bool staged = st.reduce && st.send_peer >= 0 && st.send.begin < st.recv.end && st.recv.begin < st.send.end;
-      double cpu = st.send_peer >= 0 ? 0 : net.step_cpu_us;  // a send and receive together are one step
-      if (st.reduce) cpu += per_byte(bytes, net.reduce_bytes_per_us);
-      if (!st.reduce || staged) cpu += per_byte(bytes, net.copy_bytes_per_us);  // out of the slot
-      work(x, cpu);
-    }
-    sent[static_cast<size_t>(x)] = false;
-    ++i;
-    ready.push({clock[static_cast<size_t>(x)], x});
-  }
-  if (finished != n) {
-    for (int x = 0; x < n; ++x)
-      if (pc[static_cast<size_t>(x)] < schedules[static_cast<size_t>(x)].size()) {
-        res.error =
-            "deadlock: rank " + std::to_string(x) + " waits at step " + std::to_string(pc[static_cast<size_t>(x)]);
-        return res;
-      }
-  }
-  for (const auto& [pair, q] : queues)
-    if (!q.empty()) {
-      res.error = "rank " + std::to_string(pair.first) + " sent rank " + std::to_string(pair.second) +
-                  " a message it never received";
-      return res;
-    }
-  uint64_t all = 0;
-  for (int x = 0; x < n; ++x) all += rank_hash(x);
-  const Fingerprint reduced{static_cast<uint32_t>(n), 1, all};
-  for (int x = 0; x < n && res.error.empty(); ++x) {
-    const SymbolicBuffer& b = buf[static_cast<size_t>(x)];
-    auto expect = [&](Range r, Fingerprint want, const char* what_part) {
-      for (Piece p : b.get(r)) {
-        if (n == 1 && what != SimCollective::kAllGather && what != SimCollective::kBroadcast && !sim_exchanges(what) &&
-            p.fp.finalized == 0)
-          p.fp.finalized = 1;  // over one rank, finalizing is nothing
-        if (!(p.fp == want)) {
-          res.error = "rank " + std::to_string(x) + " ends with " + what_part + " holding " +
-                      std::to_string(p.fp.count) + " contributions (finalized " + std::to_string(p.fp.finalized) +
-                      "x) at elements " + std::to_string(r.begin + p.begin) + "-" + std::to_string(r.begin + p.end);
-          return;
-        }
-      }
-    };
-    const Range output{layout.output_at, layout.output_at + elems};
-    // An exchange's receive block b, and what it should hold: rank from's block for this rank.
-    auto received = [&](int b, int from, int from_block) {
-      const size_t at = static_cast<size_t>(n + b) * block;
-      expect({at, at + block}, Fingerprint{1, 0, block_hash(from, from_block)}, "a received block");
-    };
-    if (what == SimCollective::kGather) {
-      for (int y = 0; y < n && x == layout.root && res.error.empty(); ++y) received(y, y, 0);
-    } else if (what == SimCollective::kScatter) {
-      received(0, layout.root, x);
-    } else if (what == SimCollective::kAllToAll) {
-      for (int y = 0; y < n && res.error.empty(); ++y) received(y, y, x);
-    } else if (what == SimCollective::kAllReduce) expect(output, reduced, "its buffer");
-    else if (what == SimCollective::kBroadcast) expect(output, Fingerprint{1, 0, rank_hash(layout.root)}, "its buffer");
-    else if (what == SimCollective::kReduce) {
-      if (x == layout.root) expect(output, reduced, "the root's buffer");
-    } else if (what == SimCollective::kReduceScatter)
-      expect({block * static_cast<size_t>(x), block * static_cast<size_t>(x + 1)}, reduced, "its block");
-    else
-      for (int y = 0; y < n && res.error.empty(); ++y)
-        expect({block * static_cast<size_t>(y), block * static_cast<size_t>(y + 1)}, Fingerprint{1, 0, rank_hash(y)},
-               "a gathered block");
-  }
-  res.time_us = *std::max_element(clock.begin(), clock.end());
-  return res;
+  return sim::Run(schedules, what, elems, elem_bytes, block, net, layout).run();
 }
 
 // The schedules of one algorithm for every rank.

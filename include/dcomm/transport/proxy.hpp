@@ -170,7 +170,7 @@ class Proxy {
   // name the same ranks.
   Status blame_silent_peers(const Status& timeout, std::chrono::milliseconds deadline) const {
     const auto silence = std::chrono::milliseconds(
-        std::max<long long>(4 * kHeartbeatMs, std::min<long long>(deadline.count() / 2, 5000)));
+        std::max<long long>(4LL * kHeartbeatMs, std::min<long long>(deadline.count() / 2, 5000)));
     const auto stale = stale_peers(silence);
     if (stale.empty()) return timeout;
     std::string who;

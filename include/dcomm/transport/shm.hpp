@@ -57,8 +57,8 @@ class ShmMapping {
 inline std::string shm_full_message(const std::string& dir, size_t need, const char* what = "one shared-memory FIFO") {
   struct statvfs st {};
   std::string free_text = "unknown";
-  if (statvfs(dir.c_str(), &st) == 0) free_text = detail::cat(st.f_bavail * st.f_frsize / (1024 * 1024), " MiB");
-  return cat(dir, " is too small: ", need / (1024 * 1024), " MiB needed for ", what, ", ", free_text,
+  if (statvfs(dir.c_str(), &st) == 0) free_text = detail::cat(st.f_bavail * st.f_frsize / (size_t{1} << 20), " MiB");
+  return cat(dir, " is too small: ", need / (size_t{1} << 20), " MiB needed for ", what, ", ", free_text,
              " free. In Docker, run with --shm-size=1g (or --ipc=host); otherwise lower DCOMM_SLOT_BYTES or "
              "DCOMM_SLOTS, point DCOMM_SHM_DIR at a larger tmpfs, or use DCOMM_TRANSPORT=tcp");
 }
@@ -103,7 +103,7 @@ inline void sweep_dead_shm(const std::string& dir) {
     if (pid <= 0 || *end != '-') continue;
     const bool dead = kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
     if (!dead) continue;
-    if (::unlink((dir + "/" + name).c_str()) == 0) ++removed;
+    if (::unlink(cat(dir, "/", name).c_str()) == 0) ++removed;
   }
   closedir(d);
   if (removed)

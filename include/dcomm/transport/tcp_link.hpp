@@ -58,6 +58,9 @@ class TcpLink final : public ProxyLink {
   const char* kind() const override { return "tcp"; }
   bool lands() const override { return true; }
   bool pump() override;
+  // One stripe's half of pump(): false when the link failed; `progress` set when bytes moved.
+  bool pump_send(size_t k, FifoRef& out, uint64_t tail, bool& progress);
+  bool pump_recv(size_t k, FifoRef& in, uint64_t room_end, bool& progress);
   bool prepare_to_sleep(std::vector<pollfd>& fds) override {
     for (auto& st : stripes) {
       short ev = static_cast<short>((st.want_in && !st.eof ? POLLIN : 0) | (st.want_out ? POLLOUT : 0));
@@ -105,6 +108,82 @@ class TcpLink final : public ProxyLink {
   std::vector<Stripe> stripes;
 };
 
+// Stripe k sends its slice of each committed slot, header first, until the socket would block.
+inline bool TcpLink::pump_send(size_t k, FifoRef& out, uint64_t tail, bool& progress) {
+  auto& st = stripes[k];
+  st.want_out = false;
+  while (st.send_slot < tail) {
+    if (st.send_off == 0)
+      st.send_hdr = {out.size(st.send_slot) | (out.rendezvous(st.send_slot) ? kRendezvous : 0),
+                     out.stamp(st.send_slot)};
+    const uint64_t total = st.send_hdr.total & ~kRendezvous;
+    auto [b, e] = slice(k, total);
+    size_t want = kHeaderBytes + (e - b);
+    iovec iov[2];
+    int n_iov = 0;
+    if (st.send_off < kHeaderBytes)
+      iov[n_iov++] = {reinterpret_cast<char*>(&st.send_hdr) + st.send_off, kHeaderBytes - st.send_off};
+    size_t data_off = st.send_off < kHeaderBytes ? 0 : st.send_off - kHeaderBytes;
+    if (e - b > data_off)
+      iov[n_iov++] = {const_cast<char*>(out.source(st.send_slot, total)) + b + data_off, e - b - data_off};
+    // sendmsg with MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE.
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n_iov);
+    ssize_t n = want > st.send_off ? ::sendmsg(st.sock.fd(), &msg, MSG_NOSIGNAL) : 0;
+    if (n < 0) return would_block(st.want_out, "sending to ");
+    st.send_off += static_cast<size_t>(n);
+    progress |= n > 0;
+    if (st.send_off == want) st.send_slot++, st.send_off = 0, progress = true;
+  }
+  return true;
+}
+
+// Stripe k reads its slice of each slot there is room for, header first, until the socket
+// would block, the peer closes, or a rendezvous has nowhere to go yet.
+inline bool TcpLink::pump_recv(size_t k, FifoRef& in, uint64_t room_end, bool& progress) {
+  auto& st = stripes[k];
+  st.want_in = false;
+  while (!st.eof && st.recv_slot < room_end) {
+    char* dst;
+    size_t left;
+    if (st.recv_off < kHeaderBytes) {
+      dst = reinterpret_cast<char*>(&st.recv_hdr) + st.recv_off;
+      left = kHeaderBytes - st.recv_off;
+    } else {
+      const uint64_t total = st.recv_hdr.total & ~kRendezvous;
+      auto [b, e] = slice(k, total);
+      char* base = e > b ? payload_base(st, total) : nullptr;
+      if (failed) return false;
+      if (!base && e > b) break;  // the rank has not said where this rendezvous goes yet
+      dst = base + b + (st.recv_off - kHeaderBytes);
+      left = (e - b) - (st.recv_off - kHeaderBytes);
+    }
+    ssize_t n = left ? ::recv(st.sock.fd(), dst, left, 0) : 0;
+    if (n == 0 && left) {
+      st.eof = true;
+      if (st.recv_off != 0) return fail(detail::cat(peer_name(), " closed its connection mid-message"));
+      break;
+    }
+    if (n < 0) return would_block(st.want_in, "receiving from ");
+    st.recv_off += static_cast<size_t>(n);
+    progress |= n > 0;
+    if (st.recv_off < kHeaderBytes) continue;
+    const uint64_t total = st.recv_hdr.total & ~kRendezvous;
+    if (total > in.slot_bytes() && !(st.recv_hdr.total & kRendezvous))
+      return fail(detail::cat(peer_name(), " sent a ", total, "-byte slot; this rank's slots hold ", in.slot_bytes(),
+                              " (do all ranks set the same DCOMM_SLOT_BYTES?)"));
+    auto [b, e] = slice(k, total);
+    if (st.recv_off == kHeaderBytes + (e - b)) {
+      release(st);
+      in.set_size(st.recv_slot, st.recv_hdr.total);
+      if (k == 0) in.set_stamp(st.recv_slot, st.recv_hdr.stamp);
+      st.recv_slot++, st.recv_off = 0, progress = true;
+    }
+  }
+  return true;
+}
+
 // Moves whatever can move on the sockets without blocking; true if anything moved.
 inline bool TcpLink::pump() {
   // A link that fails lets go of the rank's buffer: nothing is read into it after.
@@ -117,84 +196,12 @@ inline bool TcpLink::pump() {
   } on_failure{this};
   bool progress = false;
   FifoRef out = send.fifo, in = recv.fifo;
-  uint64_t tail = out.tail();
+  const uint64_t tail = out.tail(), room_end = in.head() + in.slots();
   uint64_t sent_min = UINT64_MAX, recv_min = UINT64_MAX;
-  uint64_t room_end = in.head() + in.slots();
   for (size_t k = 0; k < stripes.size(); ++k) {
-    auto& st = stripes[k];
-    st.want_out = false;
-    while (st.send_slot < tail) {
-      if (st.send_off == 0)
-        st.send_hdr = {out.size(st.send_slot) | (out.rendezvous(st.send_slot) ? kRendezvous : 0),
-                       out.stamp(st.send_slot)};
-      const uint64_t total = st.send_hdr.total & ~kRendezvous;
-      auto [b, e] = slice(k, total);
-      size_t want = kHeaderBytes + (e - b);
-      iovec iov[2];
-      int n_iov = 0;
-      if (st.send_off < kHeaderBytes)
-        iov[n_iov++] = {reinterpret_cast<char*>(&st.send_hdr) + st.send_off, kHeaderBytes - st.send_off};
-      size_t data_off = st.send_off < kHeaderBytes ? 0 : st.send_off - kHeaderBytes;
-      if (e - b > data_off)
-        iov[n_iov++] = {const_cast<char*>(out.source(st.send_slot, total)) + b + data_off, e - b - data_off};
-      // sendmsg with MSG_NOSIGNAL: a peer that died must be an error here, not a SIGPIPE.
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = static_cast<size_t>(n_iov);
-      ssize_t n = want > st.send_off ? ::sendmsg(st.sock.fd(), &msg, MSG_NOSIGNAL) : 0;
-      if (n < 0) {
-        if (!would_block(st.want_out, "sending to ")) return false;
-        break;
-      }
-      st.send_off += static_cast<size_t>(n);
-      progress |= n > 0;
-      if (st.send_off == want) st.send_slot++, st.send_off = 0, progress = true;
-    }
-    sent_min = std::min(sent_min, st.send_slot);
-
-    st.want_in = false;
-    while (!st.eof && st.recv_slot < room_end) {
-      char* dst;
-      size_t left;
-      if (st.recv_off < kHeaderBytes) {
-        dst = reinterpret_cast<char*>(&st.recv_hdr) + st.recv_off;
-        left = kHeaderBytes - st.recv_off;
-      } else {
-        const uint64_t total = st.recv_hdr.total & ~kRendezvous;
-        auto [b, e] = slice(k, total);
-        char* base = e > b ? payload_base(st, total) : nullptr;
-        if (failed) return false;
-        if (!base && e > b) break;  // the rank has not said where this rendezvous goes yet
-        dst = base + b + (st.recv_off - kHeaderBytes);
-        left = (e - b) - (st.recv_off - kHeaderBytes);
-      }
-      ssize_t n = left ? ::recv(st.sock.fd(), dst, left, 0) : 0;
-      if (n == 0 && left) {
-        st.eof = true;
-        if (st.recv_off != 0) return fail(detail::cat(peer_name(), " closed its connection mid-message"));
-        break;
-      }
-      if (n < 0) {
-        if (!would_block(st.want_in, "receiving from ")) return false;
-        break;
-      }
-      st.recv_off += static_cast<size_t>(n);
-      progress |= n > 0;
-      if (st.recv_off >= kHeaderBytes) {
-        const uint64_t total = st.recv_hdr.total & ~kRendezvous;
-        if (total > in.slot_bytes() && !(st.recv_hdr.total & kRendezvous))
-          return fail(detail::cat(peer_name(), " sent a ", total, "-byte slot; this rank's slots hold ",
-                                  in.slot_bytes(), " (do all ranks set the same DCOMM_SLOT_BYTES?)"));
-        auto [b, e] = slice(k, total);
-        if (st.recv_off == kHeaderBytes + (e - b)) {
-          release(st);
-          in.set_size(st.recv_slot, st.recv_hdr.total);
-          if (k == 0) in.set_stamp(st.recv_slot, st.recv_hdr.stamp);
-          st.recv_slot++, st.recv_off = 0, progress = true;
-        }
-      }
-    }
-    recv_min = std::min(recv_min, st.recv_slot);
+    if (!pump_send(k, out, tail, progress) || !pump_recv(k, in, room_end, progress)) return false;
+    sent_min = std::min(sent_min, stripes[k].send_slot);
+    recv_min = std::min(recv_min, stripes[k].recv_slot);
   }
   if (sent_min != UINT64_MAX && sent_min > out.head(std::memory_order_relaxed)) out.publish_head(sent_min);
   if (recv_min != UINT64_MAX && recv_min > in.tail(std::memory_order_relaxed)) in.publish_tail(recv_min);

@@ -159,9 +159,15 @@ class UcxLink final : public ProxyLink {
       send.fifo.close_consumer();
       return false;
     }
-    FifoRef out = send.fifo, in = recv.fifo;
+    return pump_sends(progress) && pump_receives(progress) && progress;
+  }
+
+ private:
+  // pump()'s halves: false when the link failed; `progress` set when anything moved.
+  bool pump_sends(bool& progress) {
+    FifoRef out = send.fifo;
     const uint64_t slots = out.slots();
-    // Sends: every committed slot, in order; the slot is freed when the peer has matched it.
+    // Every committed slot, in order; the slot is freed when the peer has matched it.
     for (const uint64_t tail = out.tail(); next_send_ < tail; ++next_send_) {
       Op& op = sends_[next_send_ % slots];
       const uint64_t bytes = out.size(next_send_);
@@ -204,8 +210,12 @@ class UcxLink final : public ProxyLink {
       ++head;
     }
     if (head > out.head(std::memory_order_relaxed)) out.publish_head(head), progress = true;
-
-    // Receives: posted into every slot the consumer has freed, completed in order.
+    return true;
+  }
+  bool pump_receives(bool& progress) {
+    FifoRef in = recv.fifo;
+    const uint64_t slots = in.slots();
+    // Posted into every slot the consumer has freed, completed in order.
     for (const uint64_t room = in.head() + slots; next_post_ < room; ++next_post_) {
       if (!post_receive(recvs_[next_post_ % slots], in.wire(next_post_), in.max_wire_bytes(), tag(peer, next_post_)))
         return false;
@@ -236,9 +246,10 @@ class UcxLink final : public ProxyLink {
       ++tail;
     }
     if (tail > in.tail(std::memory_order_relaxed)) in.publish_tail(tail), progress = true;
-    return progress;
+    return true;
   }
 
+ public:
   // No wake-up event: ucp_worker_arm blocked in a read (UCX 1.13) on a host where a
   // shared-memory peer had died, which kept the proxy from hearing of the death. The proxy
   // sleeps at most kSleepMs instead (a millisecond during a call: proxy.hpp).
