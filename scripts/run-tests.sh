@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test (ctest labels: unit, ranks, procs, vm, build,
-# fuzz, slow; extra arguments go to ctest, e.g. -L procs or -LE slow).
+# fuzz, slow, asan, tsan; extra arguments go to ctest, e.g. -L procs or -LE slow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh

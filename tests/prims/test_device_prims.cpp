@@ -253,7 +253,7 @@ TEST_CASE("device waits end on the abort flag and on the deadline, naming the pe
   w.ctl.abort = &abort_flag;
   std::thread raiser([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    abort_flag = 1;
+    __atomic_store_n(&abort_flag, 1, __ATOMIC_RELEASE);  // as DeviceCommunicator::abort raises it
   });
   s = run_rank<float>(w);
   raiser.join();

@@ -168,7 +168,7 @@ class DeviceCommunicator {
   }
   // Ends this rank's waiting kernels now and aborts the host communicator (so every rank's).
   void abort(const std::string& why) {
-    control_->abort = 1;
+    __atomic_store_n(&control_->abort, 1, __ATOMIC_RELEASE);
     host_.abort(why);
   }
 
@@ -342,7 +342,7 @@ class DeviceCommunicator {
     watchdog_ = std::thread([this] {
       while (!stop_) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        if (host_.aborted() && !control_->abort) control_->abort = 1;
+        if (host_.aborted() && !control_->abort) __atomic_store_n(&control_->abort, 1, __ATOMIC_RELEASE);
         const int code = __atomic_load_n(&control_->error.code, __ATOMIC_ACQUIRE);
         if (code && !reported_) {
           reported_ = true;

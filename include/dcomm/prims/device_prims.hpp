@@ -78,6 +78,16 @@ DCOMM_HOST_DEVICE inline uint64_t load_acquire(const uint64_t* p) {
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 #endif
 }
+// The abort flag (DeviceControl::abort), which the host raises while a wait polls it: a volatile
+// read of mapped host memory on the GPU; an acquire load when host threads run the device
+// primitives (ThreadSanitizer saw the plain read race with the raising thread).
+DCOMM_HOST_DEVICE inline bool flag_raised(const volatile int* p) {
+#if defined(__CUDA_ARCH__)
+  return *p != 0;
+#else
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE) != 0;
+#endif
+}
 // A release store at system scope is cumulative: it publishes every write that happens before
 // it, including the other threads' slot writes ordered before it by the team's barrier, so no
 // separate fence is needed (one would cost a full system fence per slot).
@@ -141,7 +151,7 @@ DCOMM_HOST_DEVICE inline DeviceStatus wait_counter(const uint64_t* counter, uint
       continue;
     }
     DeviceStatus s;
-    if (ctl.abort && *ctl.abort) s.code = DeviceStatus::kAborted;
+    if (ctl.abort && flag_raised(ctl.abort)) s.code = DeviceStatus::kAborted;
     if (ctl.timeout_ns) {
       if (!deadline) deadline = now_ns() + ctl.timeout_ns;
       else if (now_ns() > deadline) s.code = DeviceStatus::kTimeout;

@@ -32,16 +32,26 @@ DCOMM_HOST_DEVICE inline T narrow(acc_t<T> v) {
   return static_cast<T>(v);
 }
 
+// Integers wrap as two's complement (as NCCL's and MPI's integer sums and products do): the
+// arithmetic is done unsigned, at least as wide as unsigned int, where an overflow would be
+// undefined behaviour in the signed type (UBSan found the int32 sums of the tests doing so).
+template <class A>
+using wrapping_t = std::conditional_t<(sizeof(A) < sizeof(unsigned)), unsigned, std::make_unsigned_t<A>>;
+
 struct SumOp {
   template <class A>
   DCOMM_HOST_DEVICE A operator()(A a, A b) const {
-    return static_cast<A>(a + b);
+    if constexpr (std::is_integral_v<A>)
+      return static_cast<A>(static_cast<wrapping_t<A>>(a) + static_cast<wrapping_t<A>>(b));
+    else return static_cast<A>(a + b);
   }
 };
 struct ProdOp {
   template <class A>
   DCOMM_HOST_DEVICE A operator()(A a, A b) const {
-    return static_cast<A>(a * b);
+    if constexpr (std::is_integral_v<A>)
+      return static_cast<A>(static_cast<wrapping_t<A>>(a) * static_cast<wrapping_t<A>>(b));
+    else return static_cast<A>(a * b);
   }
 };
 struct MinOp {
