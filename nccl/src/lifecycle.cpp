@@ -51,6 +51,17 @@ int current_device() {
   return dev;
 }
 
+// The PCI address of CUDA device `device` (the host communicator orders ranks by it), empty
+// without one.
+std::string pci_address(int device) {
+  char bus_id[32] = {};
+  if (device < 0 || cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return bus_id;
+}
+
 // After the host communicator exists: the device communicator when there is a GPU.
 void finish_creation(ncclComm* c, Result<std::unique_ptr<Communicator>> host) {
   Status s = host.status();
@@ -131,8 +142,15 @@ ncclResult_t init_rank(ncclComm_t* comm, int nranks, const ncclUniqueId& commId,
   if (ncclResult_t r = read_config(config, &opt); r != ncclSuccess) return r;
   auto id = unpack_id(commId);
   if (!id.ok()) return fail(id.status());
-  return start_creation(comm, opt, current_device(),
-                        [rank, nranks, id = *id] { return Communicator::init(rank, nranks, id); });
+  const int device = current_device();
+  return start_creation(
+      comm, opt, device,
+      [rank, nranks, id = *id, bus_id = pci_address(device)]() -> Result<std::unique_ptr<Communicator>> {
+        auto config = Config::from_env();
+        if (!config.ok()) return config.status();
+        config->device = bus_id;
+        return Communicator::init(rank, nranks, id, *config);
+      });
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
 #include <mutex>
 
 #include "support/files.hpp"
@@ -109,6 +112,50 @@ TEST_CASE("ring order from the hosts: ranks grouped by host, and every algorithm
       run_full_matrix(size, TransportChoice::kAuto, algo, -3);
     }
   }
+}
+
+// config.device through init: each rank names a PCI device of this host (as the NCCL library
+// does with its GPU's address); the ranks agree on one order by the device's place, here three
+// devices under one bridge, so by address. A device sysfs does not show leaves the order alone.
+TEST_CASE("ring order from the ranks' devices: config.device placed through /sys at init") {
+  namespace fs = std::filesystem;
+  std::vector<std::string> devices;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/sys/bus/pci/devices", ec)) devices.push_back(e.path().filename());
+  std::sort(devices.begin(), devices.end());
+  std::vector<std::string> siblings;
+  RankPlace first;
+  for (const std::string& d : devices) {
+    RankPlace p;
+    if (!place_at_pci_device(d, p)) continue;
+    if (siblings.empty()) first = p;
+    if (p.path == first.path && p.numa == first.numa) siblings.push_back(d);
+  }
+  if (siblings.size() < 3) {
+    MESSAGE("skipped: this host's /sys shows fewer than 3 PCI devices under one bridge");
+    return;
+  }
+  auto order_with = [](const std::vector<std::string>& device_of_rank) {
+    auto id = UniqueId::create();
+    REQUIRE(id.ok());
+    std::vector<std::vector<int>> orders(device_of_rank.size());
+    std::vector<std::thread> ranks;
+    for (size_t r = 0; r < device_of_rank.size(); ++r)
+      ranks.emplace_back([&, r] {
+        Config config = test_config();
+        config.device = device_of_rank[r];
+        auto c = Communicator::init(static_cast<int>(r), static_cast<int>(device_of_rank.size()), *id, config);
+        if (c.ok()) orders[r] = (*c)->ring_order();
+      });
+    for (auto& t : ranks) t.join();
+    for (const auto& o : orders) CHECK(o == orders[0]);
+    return orders[0];
+  };
+  std::string cuda_spelling = "0000" + siblings[0];  // an 8-digit domain, upper case
+  for (char& ch : cuda_spelling) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  CHECK(order_with({siblings[2], cuda_spelling, siblings[1]}) == std::vector<int>{1, 2, 0});
+  CHECK(order_with({siblings[1], siblings[0], siblings[2]}) == std::vector<int>{1, 0, 2});
+  CHECK(order_with({"0000:ff:1f.7", "not-a-device", ""}) == std::vector<int>{0, 1, 2});
 }
 
 #if DCOMM_HAS_UCX

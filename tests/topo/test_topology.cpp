@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -50,22 +51,56 @@ TEST_CASE("topology file: every kind of path between devices, as nvidia-smi topo
   CHECK(m.find("Legend") != std::string::npos);
 }
 
-// Ranks on the DGX-like host's GPUs, given out of order: the ring order puts GPUs under one
-// PCIe switch side by side and crosses NUMA nodes once; hosts come first.
-TEST_CASE("ring order from the topology: host, NUMA node, PCIe path") {
-  auto t = Topology::from_json(kDgxLike, "test");
-  REQUIRE(t.ok());
-  const std::vector<std::string> gpu_of_rank = {"cuda3", "cuda0", "cuda2", "cuda1"};
+namespace {
+// The DGX-like host's GPUs as the kernel shows them under a sysfs root: each device's directory
+// under devices/ below its host bridge and switches, with its NUMA node, and bus/pci/devices/
+// linking to it.
+std::string fake_sysfs(const dcomm_test::TempDir& dir) {
+  namespace fs = std::filesystem;
+  const std::string root = dir.path() + "/sys";
+  const struct {
+    const char* bus_id;
+    int numa;
+    const char* below;
+  } gpus[] = {{"0000:07:00.0", 0, "pci0000:00/0000:03:00.0/0000:04:00.0"},
+              {"0000:0f:00.0", 0, "pci0000:00/0000:03:00.0/0000:0c:00.0"},
+              {"0000:47:00.0", 0, "pci0000:40/0000:43:00.0"},
+              {"0000:87:00.0", 1, "pci0000:80/0000:83:00.0"}};
+  fs::create_directories(root + "/bus/pci/devices");
+  for (const auto& g : gpus) {
+    const std::string at = root + "/devices/" + g.below + "/" + g.bus_id;
+    fs::create_directories(at);
+    std::ofstream(at + "/numa_node") << g.numa << "\n";
+    fs::create_directory_symlink("../../../devices/" + std::string(g.below) + "/" + g.bus_id,
+                                 root + "/bus/pci/devices/" + g.bus_id);
+  }
+  return root;
+}
+}  // namespace
+
+// Ranks on the DGX-like host's GPUs, given out of order (CUDA's spelling of an address too): the
+// ring order puts GPUs under one PCIe switch side by side and crosses NUMA nodes once; hosts
+// come first.
+TEST_CASE("ring order from the PCI tree: host, NUMA node, PCIe path") {
+  dcomm_test::TempDir dir;
+  const std::string sysfs = fake_sysfs(dir);
+  const std::vector<std::string> gpu_of_rank = {"0000:87:00.0", "00000000:07:00.0", "0000:47:00.0", "0000:0F:00.0"};
   std::vector<RankPlace> places(8);
   for (int r = 0; r < 8; ++r) {
     places[static_cast<size_t>(r)].host = r < 4 ? 0 : 1;
-    REQUIRE(place_at_device(*t, gpu_of_rank[static_cast<size_t>(r % 4)], places[static_cast<size_t>(r)]));
+    REQUIRE(place_at_pci_device(gpu_of_rank[static_cast<size_t>(r % 4)], places[static_cast<size_t>(r)], sysfs));
   }
+  CHECK(places[1].path == std::vector<std::string>{"pci0000:00", "0000:03:00.0", "0000:04:00.0"});
+  CHECK(places[1].bus_id == "0000:07:00.0");
+  CHECK(places[3].bus_id == "0000:0f:00.0");
+  CHECK(places[0].numa == 1);
   const std::vector<int> order = ring_order(places);
   CHECK(order == std::vector<int>{1, 3, 2, 0, 5, 7, 6, 4});  // cuda0, cuda1 (one upper switch), cuda2, then NUMA 1
   CHECK(positions_of(order) == std::vector<int>{3, 0, 2, 1, 7, 4, 6, 5});
   RankPlace none;
-  CHECK(!place_at_device(*t, "cuda9", none));
+  CHECK(!place_at_pci_device("0000:99:00.0", none, sysfs));
+  CHECK(!place_at_pci_device("", none, sysfs));
+  CHECK(none.path.empty());
   // Without devices: by host, then NUMA node, then rank.
   std::vector<RankPlace> cpus(6);
   for (int r = 0; r < 6; ++r)

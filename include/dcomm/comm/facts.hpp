@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,21 @@ inline void number_hosts(SetupFacts& f, const std::vector<PeerInfo>& peers, cons
   f.hosts = f.host_of.empty() ? 1 : *std::max_element(f.host_of.begin(), f.host_of.end()) + 1;
 }
 
+namespace detail {
+// This rank's place as agree_facts publishes it: "NUMA-node address bridge/bridge/..." ("-" for
+// an empty field). The NUMA node is the device's when the rank drives one the kernel places.
+inline std::string publish_place(int rank, const std::string& device) {
+  RankPlace place;
+  place.numa = numa_node_of_this_thread();
+  if (!device.empty() && !place_at_pci_device(device, place))
+    DCOMM_LOG(kWarn, kSubsysInit, rank, "device ", device,
+              " is not a PCI device this host's /sys shows: the ring order leaves it out");
+  std::string path;
+  for (const std::string& part : place.path) path += (path.empty() ? "" : "/") + part;
+  return cat(place.numa, " ", place.bus_id.empty() ? "-" : place.bus_id, " ", path.empty() ? "-" : path);
+}
+}  // namespace detail
+
 // What agree_facts needs to know of this rank.
 struct FactsContext {
   int rank;
@@ -76,7 +92,7 @@ struct FactsContext {
 // Collected through the store: whether single copy works (every rank on this host, over shared
 // memory or threads, and able to read every other; each rank probes its peers), whether every
 // link lands rendezvous payloads (the ring then moves pieces by rendezvous), the NUMA node
-// of each rank (the ring order groups by it) and the most ranks per core on any host (the cost
+// and device place of each rank (the ring order groups by them; config.device) and the most ranks per core on any host (the cost
 // model's link parameters depend on it). Hosts must be numbered first (number_hosts).
 inline Status agree_facts(SetupFacts& f, const FactsContext& c) {
   const int size = static_cast<int>(c.peers.size());
@@ -97,23 +113,28 @@ inline Status agree_facts(SetupFacts& f, const FactsContext& c) {
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   const int load_milli = c.local_size * 1000 / std::max(cores, 1);
-  DCOMM_RETURN_IF_ERROR(
-      c.store.set(detail::cat(c.prefix, "/facts/", c.rank),
-                  detail::cat(ok ? 1 : 0, " ", load_milli, " ", numa_node_of_this_thread(), " ", lands ? 1 : 0)));
+  DCOMM_RETURN_IF_ERROR(c.store.set(detail::cat(c.prefix, "/facts/", c.rank),
+                                    detail::cat(ok ? 1 : 0, " ", load_milli, " ", lands ? 1 : 0, " ",
+                                                detail::publish_place(c.rank, c.config.device))));
   f.single_copy = f.lands = true;
   int max_load_milli = 0;
   std::vector<RankPlace> places(static_cast<size_t>(size));
   for (int p = 0; p < size; ++p) {
     auto v = c.store.get(detail::cat(c.prefix, "/facts/", p));
     if (!v.ok()) return v.status();
-    int verdict = 0, load = 0, numa = -1, landing = 0;
-    if (std::sscanf(v->c_str(), "%d %d %d %d", &verdict, &load, &numa, &landing) != 4)
+    std::istringstream in(*v);
+    int verdict = 0, load = 0, landing = 0;
+    RankPlace& place = places[static_cast<size_t>(p)];
+    std::string path;
+    if (!(in >> verdict >> load >> landing >> place.numa >> place.bus_id >> path))
       return make_error(ErrorCode::kInternal, "rank ", p, " published unreadable host facts '", *v, "'");
     f.single_copy = f.single_copy && verdict == 1;
     f.lands = f.lands && landing == 1;
     max_load_milli = std::max(max_load_milli, load);
-    places[static_cast<size_t>(p)].host = f.host_of[static_cast<size_t>(p)];
-    places[static_cast<size_t>(p)].numa = numa;
+    place.host = f.host_of[static_cast<size_t>(p)];
+    if (place.bus_id == "-") place.bus_id.clear();
+    for (std::istringstream parts(path); std::getline(parts, path, '/');)
+      if (path != "-") place.path.push_back(path);
   }
   f.set_order(ring_order(places), c.rank);
   f.link = LinkModel::for_load(max_load_milli / 1000.0);

@@ -124,6 +124,10 @@ struct Config {
   int sockets_per_peer = 2;          // DCOMM_SOCKETS_PER_PEER: TCP connections striped per peer
   std::string socket_ifname;         // DCOMM_SOCKET_IFNAME: interface whose address we listen on
   std::string shm_dir = "/dev/shm";  // DCOMM_SHM_DIR
+  // The PCI address of the GPU this rank drives ("0000:17:00.0"; cudaDeviceGetPCIBusId's form
+  // too), empty for none. Ranks are ordered by its PCI path (topo/order.hpp), so GPUs under one
+  // switch sit next to each other in the ring. The NCCL library sets it from the current device.
+  std::string device;
   // DCOMM_SPIN: busy polls before a wait starts yielding. -1 (auto): 2000 when this host has a
   // core for every local rank, 16 when ranks outnumber cores (spinning would only keep the
   // rank that holds the data off the CPU).

@@ -10,7 +10,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sched.h>
@@ -19,7 +22,6 @@
 #include <vector>
 
 #include "dcomm/core/config.hpp"
-#include "dcomm/topo/topology.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
@@ -50,17 +52,6 @@ inline std::vector<int> positions_of(const std::vector<int>& order) {
   return pos;
 }
 
-// Places a rank at the device named `device` (its name, "cuda3", or PCI address) of `topo`:
-// the device's NUMA node, path and address. False when the topology has no such device.
-inline bool place_at_device(const Topology& topo, const std::string& device, RankPlace& place) {
-  for (const TopoDevice& d : topo.devices)
-    if (d.name == device || d.bus_id == device) {
-      place.numa = d.numa, place.path = d.path, place.bus_id = d.bus_id;
-      return true;
-    }
-  return false;
-}
-
 namespace detail {
 // The numbers in a Linux list such as "0-3,8,10-11" (sysfs cpulists and node lists).
 inline std::vector<int> parse_id_list(const std::string& list) {
@@ -83,7 +74,34 @@ inline std::string first_line(const std::string& path) {
   std::getline(f, line);
   return line;
 }
+// A PCI address as sysfs names it: lower case, a 4-digit domain (CUDA gives 8 digits).
+inline std::string sysfs_pci_address(std::string id) {
+  for (char& ch : id) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const size_t colon = id.find(':');
+  if (colon != std::string::npos && colon > 4 && id.find(':', colon + 1) != std::string::npos) id.erase(0, colon - 4);
+  return id;
+}
 }  // namespace detail
+
+// Places a rank at the PCI device `address` (its GPU) as the kernel sees it under `sysfs`: the
+// bridges above it (from the device's canonical sysfs path, /sys/devices/pci0000:00/...), its
+// address and its NUMA node when the kernel knows one. False when sysfs has no such device.
+inline bool place_at_pci_device(const std::string& address, RankPlace& place, const std::string& sysfs = "/sys") {
+  const std::string id = detail::sysfs_pci_address(address);
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(sysfs + "/bus/pci/devices/" + id, ec);
+  const std::filesystem::path devices = std::filesystem::canonical(sysfs + "/devices", ec);
+  if (ec || id.empty() || real.filename() != id) return false;
+  std::vector<std::string> path;
+  for (const auto& part : real.lexically_relative(devices)) path.push_back(part.string());
+  if (path.empty() || path.front() == "..") return false;
+  path.pop_back();
+  place.path = std::move(path);
+  place.bus_id = id;
+  const std::string node = detail::first_line(real.string() + "/numa_node");
+  if (!node.empty() && std::atoi(node.c_str()) >= 0) place.numa = std::atoi(node.c_str());
+  return true;
+}
 
 // The NUMA node holding most of the CPUs this thread may run on (from sysfs); -1 when the
 // kernel does not say.
