@@ -27,6 +27,10 @@ TEST_CASE("invalid arguments fail on the caller's rank, name the argument, and a
     CHECK(contains(s, "receive buffer is null"));
     s = c.all_reduce(buf.data(), buf.data(), 8, static_cast<DataType>(99), ReduceOp::kSum);
     CHECK(contains(s, "unknown data type 99"));
+    s = c.gather(buf.data(), buf.data(), 4, static_cast<DataType>(99), 0);
+    CHECK((s.code() == ErrorCode::kInvalidArgument && contains(s, "gather: unknown data type 99")));
+    s = c.all_to_all(buf.data(), buf.data(), 4, static_cast<DataType>(98));
+    CHECK(contains(s, "all_to_all: unknown data type 98"));
     s = c.reduce_scatter(buf.data(), buf.data(), 4, DataType::kFloat32, static_cast<ReduceOp>(42));
     CHECK(contains(s, "unknown reduction op 42"));
     s = c.broadcast(buf.data(), buf.data(), 8, DataType::kFloat32, 2);

@@ -88,12 +88,13 @@ inline std::vector<Block> equal_blocks(const void* buf, size_t count, int n, Dat
 }
 
 // The batch of sends and receives of this rank's moves over its blocks (`send` and `recv`
-// hold the blocks the moves name: see above). A block a move needs that is missing, a root out
-// of range, or a receive from itself of another size than its send fails with the operation's
+// hold the blocks the moves name: see above). An unknown data type, a block a move needs that is
+// missing, a root out of range, or a receive from itself of another size than its send fails with the operation's
 // name.
 inline Result<std::vector<P2POp>> exchange_ops(Exchange what, int rank, int size, int root, std::span<const Block> send,
                                                std::span<const Block> recv, DataType type) {
   const char* name = exchange_name(what);
+  if (!is_valid(type)) return invalid_argument(name, ": unknown data type ", static_cast<int>(type));
   if (what != Exchange::kAllToAll && (root < 0 || root >= size))
     return invalid_argument(name, ": root ", root, " is out of range for ", size, " ranks");
   std::vector<P2POp> ops;

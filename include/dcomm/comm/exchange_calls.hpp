@@ -54,14 +54,12 @@ class ExchangeCalls {
   // `recv` hold the blocks this rank's part names (algo/exchange.hpp: gather sends block 0 and
   // the root receives block r from rank r; scatter the reverse; all-to-all block r both ways).
   Status exchange(Exchange what, int root, std::span<const Block> send, std::span<const Block> recv, DataType type) {
-    if (!is_valid(type)) return invalid_argument(exchange_name(what), ": unknown data type ", static_cast<int>(type));
     return run(what, exchange_ops(what, self().rank(), self().size(), root, send, recv, type));
   }
 
  private:
   Comm& self() { return static_cast<Comm&>(*this); }
   Status equal(Exchange what, int root, const void* send, void* recv, size_t count, DataType type) {
-    if (!is_valid(type)) return invalid_argument(exchange_name(what), ": unknown data type ", static_cast<int>(type));
     return run(what, equal_exchange_ops(what, self().rank(), self().size(), root, send, recv, count, type));
   }
   Status run(Exchange what, Result<std::vector<P2POp>> ops) {
