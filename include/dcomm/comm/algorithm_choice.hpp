@@ -90,8 +90,7 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
       case OpKind::kBroadcast:
         // With more ranks than cores, from 2 x load x DCOMM_CMA_BYTES: a rank that copies from
         // its peers' buffers waits for each of them to be scheduled first, and the FIFO's
-        // pipelined steps were ahead below that (4 ranks on 2 cores: even at 64 KiB, broadcast
-        // 2.7 against 7.0 us at 16 KiB; 8 ranks: even at 128 KiB, 27-29 against 32 us at 64).
+        // pipelined steps were ahead below that (figures: docs/environment.md, DCOMM_CMA_BYTES).
         if (config.cma_bytes && bytes >= oversubscribed_threshold(config.cma_bytes, link.load))
           return {Algorithm::kSingleCopy, "measured"};
         break;
@@ -100,16 +99,15 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
         // Out of place from DCOMM_CMA_OUT_OF_PLACE_BYTES, the ring (its staging stays in cache)
         // moves less memory than single copy through the kernel, whose writes into a peer's
         // cold output read each line first (all_reduce) and whose reads pin every page
-        // (reduce_scatter); below it the buffers stay in cache and single copy is ahead (2
-        // ranks, all_reduce, interleaved: 2.7-2.9 against 2.9-3.0 ms at 16 MiB, 4.8-5.4 against
-        // 4.5-4.6 at 24 MiB, 8.4-9.7 against 6.3-7.1 at 32; where the crossing falls moves with
-        // the last-level cache: 32-48 MiB on an earlier machine). In place single copy stays ahead. With every rank's
-        // buffers from dcomm::mem_alloc, single copy reaches them by plain loads and streaming
-        // stores and wins at every size; the ranks learn that from the descriptors it swaps
-        // first, so this choice is deferred to them.
-        // With more ranks than cores, single copy through the kernel was slower than the ring
-        // out of place at every size (8 ranks on 2 cores, 1-8 MiB: 1.01-1.22x): only buffers
-        // from mem_alloc take it there.
+        // (reduce_scatter); below it the buffers stay in cache and single copy is ahead. Where
+        // they cross moves with the last-level cache (figures: docs/environment.md,
+        // DCOMM_CMA_OUT_OF_PLACE_BYTES).
+        // In place single copy stays ahead. With every rank's buffers from dcomm::mem_alloc,
+        // single copy reaches them by plain loads and streaming stores and wins at every size;
+        // the ranks learn that from the descriptors it swaps first, so this choice is deferred
+        // to them. With more ranks than cores, single copy through the kernel was slower than
+        // the ring out of place at every size measured (docs/benchmarking.md, "Figures behind
+        // the comments"): only buffers from mem_alloc take it there.
         if (config.cma_reduce_bytes && bytes >= config.cma_reduce_bytes)
           return {c.in_place || (bytes < config.cma_out_of_place_bytes && link.load <= 1)
                       ? Algorithm::kSingleCopy

@@ -212,8 +212,8 @@ class FifoRef {
   // The producer takes a slot's first line for writing half a ring before it fills the slot.
   // The consumer read that line last (a ring ago), so a store to it must first take it from the
   // consumer's core; taken early, the store does not wait for that at the head of the store
-  // buffer, where it held up every later store of the call (a 2-rank 8-byte broadcast: ~118 ->
-  // ~85 ns a call). A hint only: either side may touch the line at any time.
+  // buffer, where it held up every later store of the call (docs/benchmarking.md, "Figures
+  // behind the comments"). A hint only: either side may touch the line at any time.
   void own_early(uint64_t index) const {
 #if defined(__x86_64__)
     asm volatile("prefetchw %0" ::"m"(*slot(index)));  // a no-op on the few x86-64 CPUs without it
