@@ -182,8 +182,8 @@ int main(int argc, char** argv) {
         net.nic_bytes_per_us / 1e3);
   if (exchanges) return run_exchanges(ranks, sizes, local ? local_net() : net) ? 1 : 0;
   std::printf("# all_reduce, float32; predicted time in us; every rank's result checked symbolically ('ok')\n");
-  std::printf("%8s %9s %19s %19s %19s %19s %19s %19s %19s\n", "ranks", "size", "ring", "recursive_doubling",
-              "rabenseifner", "tree", "double_tree", "hierarchical", "direct");
+  std::printf("%8s %9s %19s %19s %19s %19s %19s %19s %19s %19s\n", "ranks", "size", "ring", "recursive_doubling",
+              "rabenseifner", "tree", "double_tree", "hierarchical", "direct", "ordered");
   int failures = 0;
   for (int n : ranks) {
     for (size_t bytes : sizes) {
@@ -232,6 +232,12 @@ int main(int argc, char** argv) {
       // beyond its bytes, so over many ranks direct would look cheaper than it is).
       if (bytes <= kDirectMaxBytes && (local || n <= at.ranks_per_host)) recorded(record_direct_all_reduce, count);
       else std::printf(" %19s", "-");
+      // Ordered (DCOMM_DETERMINISTIC): within a host, as direct (n - 1 messages a rank each way,
+      // which the model charges by their bytes only).
+      if (local || n <= at.ranks_per_host)
+        recorded([](int w, int x, size_t c, size_t sl) { return record_ordered(OpKind::kAllReduce, w, x, c, sl); },
+                 ring_slice);
+      else std::printf(" %19s", "-");
       std::printf("\n");
       std::fflush(stdout);
     }
@@ -239,7 +245,7 @@ int main(int argc, char** argv) {
   std::printf(
       "# ok: simulated and checked; an: the ring above 4,096 ranks, timed analytically; trees pipelined in "
       "512 KiB slices (at scale, at most %zu slices; the double tree over FIFOs of %d slots); -: not chosen there "
-      "(hierarchical: one host; direct: above %zu bytes or across hosts)\n",
+      "(hierarchical: one host; direct: above %zu bytes or across hosts; ordered: across hosts)\n",
       max_slices, slots, kDirectMaxBytes);
   return failures ? 1 : 0;
 }

@@ -50,6 +50,23 @@ TEST_CASE("simulator: every schedule leaves every rank with the right contributi
         }
       }
       const size_t total = count * static_cast<size_t>(n);
+      // In one fixed order (DCOMM_DETERMINISTIC): all_reduce, reduce from three roots, and
+      // reduce_scatter in place.
+      CHECK(simulate_recorded_all_reduce(n, count, 64, 4, net, [](int w, int x, size_t c, size_t sl) {
+              return record_ordered(OpKind::kAllReduce, w, x, c, sl);
+            }).error == "");
+      for (int root : {0, n / 2, n - 1})
+        CHECK(simulate_recorded(
+                  SimCollective::kReduce, n, count, 64, 4, net,
+                  [&](int w, int x, size_t c, size_t sl) { return record_ordered(OpKind::kReduce, w, x, c, sl, root); },
+                  root)
+                  .error == "");
+      const RecordedLayout scattered{total, 64, n};
+      CHECK(simulate(
+                schedules_for(n, [&](int w, int x) { return record_ordered(OpKind::kReduceScatter, w, x, count, 64); }),
+                SimCollective::kReduceScatter, total, 4, count, net,
+                SimLayout{scattered.elems(), scattered.input_at(), scattered.output_at(), 0})
+                .error == "");
       CHECK(simulate(schedules_for(n, [&](int w, int x) { return schedule_halving_reduce_scatter(w, x, count); }),
                      SimCollective::kReduceScatter, total, 4, count, net)
                 .error == "");
@@ -132,6 +149,18 @@ TEST_CASE("simulator: broken schedules are reported, not passed") {
   std::erase_if(no_own[3], [](const Step& st) { return st.kind == Step::Kind::kCopy && st.reduce; });  // its own fold
   CHECK(simulate(direct, SimCollective::kAllReduce, count, 4, 0, net, at).error == "");
   CHECK(simulate(no_own, SimCollective::kAllReduce, count, 4, 0, net, at).error != "");
+  // An ordered all_reduce where one rank leaves out the last contribution it folds.
+  auto ordered = schedules_for(4, [&](int w, int x) { return record_ordered(OpKind::kAllReduce, w, x, count, 16); });
+  const RecordedLayout four{count, 16, 4};
+  const SimLayout ordered_at{four.elems(), four.input_at(), four.output_at(), 0};
+  CHECK(simulate(ordered, SimCollective::kAllReduce, count, 4, 0, net, ordered_at).error == "");
+  auto last_left_out = ordered;
+  auto last_fold = std::find_if(last_left_out[2].rbegin(), last_left_out[2].rend(),
+                                [](const Step& st) { return st.kind == Step::Kind::kCopy && st.reduce; });
+  REQUIRE(last_fold != last_left_out[2].rend());
+  last_left_out[2].erase(std::next(last_fold).base());
+  CHECK(simulate(last_left_out, SimCollective::kAllReduce, count, 4, 0, net, ordered_at).error.find("contributions") !=
+        std::string::npos);
   auto lone = rd;
   lone[0].insert(lone[0].begin(), detail::recv_only(3, {0, count}, false, false));  // nobody sends it
   CHECK(simulate(lone, SimCollective::kAllReduce, count, 4, 0, net).error.find("deadlock") != std::string::npos);

@@ -2,9 +2,9 @@
 // all_reduce, recursive halving reduce_scatter and recursive doubling all_gather are schedules
 // as data (algo/schedule.hpp, which also explains how any world size folds to a power of two),
 // run over the ports: each exchange is a p2p batch, so two partners sending to each other never
-// deadlock. The pipelined binary trees (algo/tree_collectives.hpp), direct (algo/direct.hpp)
-// and hierarchical (algo/hierarchical.hpp) are written over peer-addressed primitives, which
-// PortOps runs over the ports.
+// deadlock. The pipelined binary trees (algo/tree_collectives.hpp), direct (algo/direct.hpp),
+// hierarchical (algo/hierarchical.hpp) and ordered (algo/ordered.hpp) are written over
+// peer-addressed primitives, which PortOps runs over the ports.
 //
 // Steps and bytes per rank (S the buffer, log = log2 p; see docs/algorithms.md):
 //   recursive doubling all_reduce: log steps, each the whole buffer (S log)
@@ -20,10 +20,12 @@
 
 #include "dcomm/algo/direct.hpp"
 #include "dcomm/algo/hierarchical.hpp"
+#include "dcomm/algo/ordered.hpp"
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/algo/schedule.hpp"
 #include "dcomm/algo/tree.hpp"
 #include "dcomm/algo/tree_collectives.hpp"
+#include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
@@ -94,6 +96,8 @@ class PortOps : public PeerPrims {
   Status run(const Schedule& s, char* buf, char* tmp) {
     return run_schedule(ps_.ports, ps_.rank, ps_.config, s, reducer(), elem_bytes(), buf, tmp);
   }
+  // One batch of sends and receives with any peers (algo/p2p.hpp).
+  Status exchange(std::span<const P2POp> ops) { return run_p2p(ops, ps_.rank, ps_.ports, ps_.config); }
 
  private:
   const PeerSet& ps_;
@@ -199,6 +203,21 @@ inline Status direct_all_gather(const PeerSet& ps, const void* send, void* recv,
   PortOps o(ps, nullptr, 1);
   return direct_all_gather(o, ps.rank, ps.size(), static_cast<const char*>(send), static_cast<char*>(recv),
                            bytes_per_rank);
+}
+
+// In one fixed order (algo/ordered.hpp); count as the call's (reduce_scatter: per rank).
+inline Status ordered(OpKind kind, const PeerSet& ps, const Reducer& r, int root, const void* send, void* recv,
+                      size_t count, std::vector<char>& scratch) {
+  PortOps o(ps, &r, r.elem_bytes);
+  const int n = ps.size();
+  const bool scatter = kind == OpKind::kReduceScatter;
+  const size_t total = scatter ? count * static_cast<size_t>(n) : count;
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  char* tmp = detail::scratch_of(scratch, std::max<size_t>(1, ordered_scratch_elems(total, n) * r.elem_bytes));
+  if (scatter) return ordered_reduce_scatter(o, ps.rank, n, in, out, count, tmp);
+  if (kind == OpKind::kReduce) return ordered_reduce(o, ps.rank, n, root, in, out, count, tmp);
+  return ordered_all_reduce(o, ps.rank, n, in, out, count, tmp);
 }
 
 // host_of[r]: the host index of rank r of ps.

@@ -131,11 +131,7 @@ inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Red
         return direct_all_gather({links.all(), rank, c.config}, d.send, d.recv, d.count * reducer.elem_bytes);
       return direct_all_reduce({links.all(), rank, c.config}, reducer, d.send, d.recv, d.count);
     case Algorithm::kOrdered:
-      if (d.kind == OpKind::kReduceScatter)
-        return ordered_reduce_scatter(links.all(), rank, reducer, d.send, d.recv, d.count, c.scratch, c.config);
-      if (d.kind == OpKind::kReduce)
-        return ordered_reduce(links.all(), rank, d.root, reducer, d.send, d.recv, d.count, c.scratch, c.config);
-      return ordered_all_reduce(links.all(), rank, reducer, d.send, d.recv, d.count, c.scratch, c.config);
+      return ordered(d.kind, {links.all(), rank, c.config}, reducer, d.root, d.send, d.recv, d.count, c.scratch);
     case Algorithm::kSingleCopy:
     case Algorithm::kSingleCopyIfRegistered: {
       auto ran = detail::run_single_copy(c, d, reducer, shape, algorithm == Algorithm::kSingleCopyIfRegistered);

@@ -1,7 +1,8 @@
 // The simulator's executor of the algorithms written over primitives: the ring and chain
 // (algo/ring.hpp, algo/chain.hpp, over the ring primitives of prims/primitives.hpp), the trees,
-// direct and hierarchical (algo/tree_collectives.hpp, algo/direct.hpp, algo/hierarchical.hpp,
-// over peer-addressed primitives and schedules). Instead of moving bytes,
+// direct, hierarchical and ordered (algo/tree_collectives.hpp, algo/direct.hpp,
+// algo/hierarchical.hpp, algo/ordered.hpp, over peer-addressed primitives, schedules and
+// batches). Instead of moving bytes,
 // each primitive appends the steps it takes (algo/schedule.hpp) to this rank's schedule, and
 // sim/simulator.hpp runs the schedules of all ranks against its network model. So dcomm-sim
 // runs the code the communicator runs: the same loops, slices, chunk boundaries and order.
@@ -15,11 +16,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "dcomm/algo/chain.hpp"
 #include "dcomm/algo/direct.hpp"
 #include "dcomm/algo/hierarchical.hpp"
+#include "dcomm/algo/ordered.hpp"
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/algo/schedule.hpp"
 #include "dcomm/algo/tree_collectives.hpp"
@@ -59,6 +63,9 @@ class Recorder {
   }
   Status finalize(void* dst, size_t n) { return push(detail::finalize(range(dst, n))); }
   Status local_reduce(void* dst, const void* a, const void* b, size_t n) {
+    // A copy of a into dst, then b folded in; when b is dst, a is folded into it instead (the
+    // fingerprints count contributions, not their order).
+    if (b == dst) std::swap(a, b);
     DCOMM_RETURN_IF_ERROR(local_copy(dst, a, n));
     Step fold = detail::local_copy(range(b, n), range(dst, n));
     fold.reduce = true;
@@ -75,6 +82,15 @@ class Recorder {
   }
 
   // Peer-addressed (the trees).
+  // A batch: its sends first (the simulator's links buffer them), then its receives.
+  Status exchange(std::span<const P2POp> ops) {
+    for (bool sends : {true, false})
+      for (const P2POp& op : ops)
+        if ((op.kind == P2POp::Kind::kSend) == sends)
+          steps_.push_back(sends ? detail::send_only(op.peer, range(op.buffer, op.bytes()))
+                                 : detail::recv_only(op.peer, range(op.buffer, op.bytes()), false, false));
+    return {};
+  }
   Status send(int peer, const void* src, size_t n) { return push(detail::send_only(peer, range(src, n))); }
   Status recv(int peer, void* dst, size_t n) { return push(detail::recv_only(peer, range(dst, n), false, false)); }
   Status recv_reduce(int peer, const void* a, void* dst, size_t n) { return fold(peer, a, range(dst, n)); }
@@ -140,13 +156,15 @@ class Recorder {
 };
 
 // The recordings share one layout of the working buffer: the input at [0, count), the output
-// at [count, 2 count), then scratch: two slices, or the whole count (direct's fold).
+// at [count, 2 count), then scratch: two slices, the whole count (direct's fold), or n + 1
+// blocks of it (ordered's received blocks: ordered_scratch_elems), whichever is most.
 struct RecordedLayout {
   size_t count, slice;
+  int ranks = 1;
   size_t input_at() const { return 0; }
   size_t output_at() const { return count; }
   size_t scratch_at() const { return 2 * count; }
-  size_t elems() const { return 2 * count + std::max(2 * slice, count); }  // direct folds a whole buffer there
+  size_t elems() const { return 2 * count + std::max({2 * slice, count, ordered_scratch_elems(count, ranks)}); }
 };
 
 // The slices the trees are recorded with: slot-sized, as the host runs them, but at least
@@ -161,7 +179,7 @@ namespace detail {
 // ring neighbours x-1 and x+1 (positions are ranks), its FIFOs `slots` deep (0: the default).
 template <class Run>
 Schedule record(int n, int x, size_t count, size_t slice, Run run, int slots = 0) {
-  const RecordedLayout l{count, slice};
+  const RecordedLayout l{count, slice, n};
   Recorder rec(slice, (x + n - 1) % n, (x + 1) % n, l.scratch_at());
   if (slots > 0) rec.set_slots(slots);
   (void)run(rec, Recorder::at(l.input_at()), Recorder::at(l.output_at()), Recorder::at(l.scratch_at()));
@@ -198,6 +216,19 @@ inline Schedule record_direct_all_reduce(int n, int x, size_t count, size_t slic
     return direct_all_reduce(r, x, n, in, out, count, scratch);
   });
 }
+// In one fixed order (algo/ordered.hpp): all_reduce, reduce or reduce_scatter. reduce_scatter
+// runs in place, count elements a rank: its input (n x count, at 0) is laid out as a call of that
+// many, and each rank's result is its own block of it (the simulator's kReduceScatter check).
+inline Schedule record_ordered(OpKind kind, int n, int x, size_t count, size_t slice, int root = 0) {
+  const bool scatter = kind == OpKind::kReduceScatter;
+  const size_t total = scatter ? count * static_cast<size_t>(n) : count;
+  return detail::record(n, x, total, slice, [&](Recorder& r, char* in, char* out, char* scratch) {
+    if (scatter) return ordered_reduce_scatter(r, x, n, in, in + static_cast<size_t>(x) * count, count, scratch);
+    if (kind == OpKind::kReduce) return ordered_reduce(r, x, n, root, in, out, count, scratch);
+    return ordered_all_reduce(r, x, n, in, out, count, scratch);
+  });
+}
+
 // Ranks packed ranks_per_host to a host in rank order, as the simulator packs them.
 inline Schedule record_hierarchical_all_reduce(int n, int x, size_t count, size_t slice, int ranks_per_host) {
   std::vector<int> host_of(static_cast<size_t>(n));
@@ -224,7 +255,7 @@ inline Schedule record_rooted(OpKind kind, Algorithm algorithm, int n, int x, si
 template <class Record>
 SimResult simulate_recorded(SimCollective what, int n, size_t count, size_t slice, size_t elem_bytes,
                             const SimNetwork& net, Record record, int root = 0) {
-  const RecordedLayout l{count, slice};
+  const RecordedLayout l{count, slice, n};
   return simulate(schedules_for(n, [&](int w, int x) { return record(w, x, count, slice); }), what, count, elem_bytes,
                   0, net, SimLayout{l.elems(), l.input_at(), l.output_at(), root});
 }
