@@ -7,13 +7,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/serial_queue.hpp"
 #include "dcomm/core/status.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -97,9 +96,9 @@ class Work {
   std::shared_ptr<detail::WorkState> s_;
 };
 
-// Runs a communicator's operations one at a time, in submission order. A blocking call runs
-// on the caller's thread when nothing is queued (no hand-off latency); otherwise it queues
-// behind the asynchronous calls and waits.
+// Runs a communicator's operations one at a time, in submission order (core/serial_queue.hpp).
+// A blocking call runs on the caller's thread when nothing is queued (no hand-off latency);
+// otherwise it queues behind the asynchronous calls and waits.
 class Executor {
  public:
   ~Executor() { shutdown(); }
@@ -108,74 +107,23 @@ class Executor {
   Status run_blocking(F&& fn) {
     // No asynchronous call was ever made: the calling thread is the only one that runs
     // operations (one thread drives a communicator at a time), so no lock is needed.
-    if (!worker_started_.load(std::memory_order_acquire)) return fn();
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (queue_.empty() && !busy_) {
-        busy_ = true;
-        lock.unlock();
-        Status s = fn();
-        lock.lock();
-        busy_ = false;
-        cv_.notify_all();
-        return s;
-      }
-    }
-    return submit(std::function<Status()>(std::forward<F>(fn))).wait();
+    if (!queue_.worker_started()) return fn();
+    return start(std::function<Status()>(std::forward<F>(fn)), /*inline_ok=*/true).wait();
   }
 
-  Work submit(std::function<Status()> fn) {
+  Work submit(std::function<Status()> fn) { return start(std::move(fn), /*inline_ok=*/false); }
+
+  // Finishes what is queued and stops the worker.
+  void shutdown() { queue_.stop(); }
+
+ private:
+  Work start(std::function<Status()> fn, bool inline_ok) {
     auto state = std::make_shared<detail::WorkState>();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back({std::move(fn), state});
-      if (!worker_.joinable()) {
-        worker_ = std::thread([this] { loop(); });
-        worker_started_.store(true, std::memory_order_release);
-      }
-    }
-    cv_.notify_all();
+    queue_.submit([fn = std::move(fn), state] { state->finish(fn()); }, inline_ok);
     return Work(state);
   }
 
-  // Finishes what is queued and stops the worker.
-  void shutdown() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (worker_.joinable()) worker_.join();
-  }
-
- private:
-  struct Item {
-    std::function<Status()> fn;
-    std::shared_ptr<detail::WorkState> state;
-  };
-  void loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !busy_); });
-      if (queue_.empty()) return;  // stop_ with nothing left
-      Item item = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-      lock.unlock();
-      item.state->finish(item.fn());
-      lock.lock();
-      busy_ = false;
-      cv_.notify_all();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;
-  bool busy_ = false;
-  bool stop_ = false;
-  std::atomic<bool> worker_started_{false};
-  std::thread worker_;
+  SerialQueue queue_;
 };
 
 DCOMM_NAMESPACE_END

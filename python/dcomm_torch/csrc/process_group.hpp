@@ -3,8 +3,9 @@
 // group, rendezvoused through the store torch hands it (rank 0 makes a dcomm unique id and
 // puts it there; the others read it), as torch's NCCL backend does.
 //
-// Host (CPU) tensors: every call is a job on the group's OpQueue, run in call order; small ones
-// run at once on the caller's thread when nothing is queued, large ones on a worker thread, so
+// Host (CPU) tensors: every call is a job on the group's queue (dcomm's SerialQueue), run in call
+// order; small ones run at once on the caller's thread when nothing is queued (no hand-off), large
+// ones on a worker thread, so the caller (DDP's backward pass) goes on computing while they run and
 // the Work torch gets back is asynchronous (wait, is_completed, exception, get_future).
 // Point-to-point sends and receives are gathered and run together as one batch (dcomm's
 // send/recv group) when some Work of theirs is waited on, or before the next collective: a
@@ -32,8 +33,6 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <dcomm/dcomm.hpp>
-
-#include "op_queue.hpp"
 
 namespace dcomm_torch {
 
@@ -271,7 +270,7 @@ class ProcessGroupDcomm : public BackendBase {
   std::unique_ptr<dcomm::Communicator> comm_;
   size_t inline_bytes_ = 1u << 20;  // DCOMM_TORCH_INLINE_BYTES
   std::unique_ptr<CudaPath> cuda_;
-  OpQueue queue_;  // after comm_: stopped (its jobs done) before the communicator goes
+  dcomm::SerialQueue queue_;  // after comm_: stopped (its jobs done) before the communicator goes
 
   struct PendingOp {
     bool is_send;
