@@ -171,15 +171,15 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   if (message_stamps)
     for (const auto& op : ops) own_stamps.push_back(message_stamp(op.type, op.count, op.tag));
   // Large slices go by reference (PeerPort::sends_by_reference), except a send that a receive
-  // of this batch overwrites; a user's message (or a step's that P2POp::lands) from
+  // of this batch overwrites; a user's message (or a step's that P2POp::by_rendezvous marks) from
   // DCOMM_RENDEZVOUS_BYTES over a link that lands payloads goes as one rendezvous into the
-  // receiver's buffer (PeerPort::lands: both ends decide alike). The batch returns only once
+  // receiver's buffer (PeerPort::goes_by_rendezvous: both ends decide alike). The batch returns only once
   // the wires have read what went by reference (the end of this function), so a collective's
   // next step, or the caller, may write that memory at once.
   std::vector<bool> rendezvous(ops.size(), false), by_reference(ops.size(), true);
   for (size_t i = 0; i < ops.size(); ++i)
-    rendezvous[i] = (message_stamps || ops[i].lands) && ops[i].peer != rank && !ops[i].fold &&
-                    port_of(ops[i])->lands(ops[i].bytes());
+    rendezvous[i] = (message_stamps || ops[i].by_rendezvous) && ops[i].peer != rank && !ops[i].fold &&
+                    port_of(ops[i])->goes_by_rendezvous(ops[i].bytes());
   // A failed call leaves no receive landing in the caller's buffers.
   struct Withdraw {
     std::span<const P2POp> ops;

@@ -40,7 +40,7 @@ struct P2POp {
   bool peer_first = false;
   // A step's message that may go as one rendezvous into the receiver's buffer (a wire that
   // lands it: zero copy); the schedule sets it alike at both ends (a swap that copies).
-  bool lands = false;
+  bool by_rendezvous = false;
 };
 
 DCOMM_NAMESPACE_END

@@ -41,7 +41,7 @@ DCOMM_NAMESPACE_BEGIN
 // range (recursive doubling sends and folds the whole buffer): then it lands in `tmp` and is
 // folded after. A swap that copies (send to and receive from one peer, no fold: the
 // all-gather half of Rabenseifner, between hosts too in the hierarchical all_reduce) lands
-// straight in the buffer where the wire can (P2POp::lands). The slot size must be a multiple
+// straight in the buffer where the wire can (P2POp::by_rendezvous). The slot size must be a multiple
 // of `eb`.
 inline Status run_schedule(const std::vector<PeerPort*>& ports, int rank, const Config& config, const Schedule& s,
                            const Reducer* r, size_t eb, char* buf, char* tmp = nullptr) {
@@ -69,7 +69,7 @@ inline Status run_schedule(const std::vector<PeerPort*>& ports, int rank, const 
       if (st.reduce && !staged) ops[n].fold = r, ops[n].peer_first = st.peer_first;
       ++n;
     }
-    if (n == 2 && st.send_peer == st.recv_peer && !st.reduce) ops[0].lands = ops[1].lands = true;
+    if (n == 2 && st.send_peer == st.recv_peer && !st.reduce) ops[0].by_rendezvous = ops[1].by_rendezvous = true;
     DCOMM_RETURN_IF_ERROR(run_p2p(std::span<const P2POp>(ops, n), rank, ports, config));
     if (staged) {
       if (st.peer_first) r->reduce(dst, tmp, dst, st.recv.size());

@@ -40,8 +40,8 @@ struct BufferDescriptor {
 };
 
 // This rank's buffers as its peers need them: `in` of `bytes` and `out` of `out_bytes`.
-inline BufferDescriptor describe(const void* in, size_t bytes, const void* out = nullptr, size_t out_bytes = 0,
-                                 uint64_t split = 0) {
+inline BufferDescriptor descriptor_of(const void* in, size_t bytes, const void* out = nullptr, size_t out_bytes = 0,
+                                      uint64_t split = 0) {
   return {reinterpret_cast<uint64_t>(in),  bytes,
           reinterpret_cast<uint64_t>(out), split,
           local_region(in, bytes),         out ? local_region(out, out_bytes) : RegionRef{}};
@@ -120,8 +120,8 @@ inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int ra
                                      size_t bytes_per_rank, bool stream) {
   const size_t at = static_cast<size_t>(rank) * bytes_per_rank;
   char* own = static_cast<char*>(recv) + at;
-  auto peers = detail::swap_descriptors(ports, rank,
-                                        detail::describe(send, bytes_per_rank, recv, bytes_per_rank * ports.size()));
+  auto peers = detail::swap_descriptors(
+      ports, rank, detail::descriptor_of(send, bytes_per_rank, recv, bytes_per_rank * ports.size()));
   if (!peers.ok()) return peers.status();
   // Out of place, the copy into this rank's output (streamed past the cache when large) brings
   // the input tile into it for the pushes.
@@ -145,7 +145,7 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
   if (rank == root) {
     const size_t split =
         send == recv ? (bytes / static_cast<size_t>(size) * static_cast<size_t>(size - 1)) & ~size_t{63} : bytes;
-    detail::BufferDescriptor mine = detail::describe(send, bytes, nullptr, 0, split);
+    detail::BufferDescriptor mine = detail::descriptor_of(send, bytes, nullptr, 0, split);
     DCOMM_RETURN_IF_ERROR(detail::post_all(ports, rank, &mine, sizeof mine));
     if (recv != send && bytes) std::memcpy(recv, send, bytes);
     for (int p = 0; p < size && split < bytes; ++p) {
@@ -162,7 +162,7 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
   if (!source.ok()) return source.status();
   if (source->split > bytes) return make_error(ErrorCode::kInternal, "broadcast: root sent split ", source->split);
   if (source->split < bytes) {  // the root writes the tail: tell it where
-    detail::BufferDescriptor mine = detail::describe(recv, bytes);
+    detail::BufferDescriptor mine = detail::descriptor_of(recv, bytes);
     DCOMM_RETURN_IF_ERROR(from_root->post(&mine, sizeof mine));
   }
   DCOMM_RETURN_IF_ERROR(from_root->read_remote(recv, source->address, source->split, source->input_region));
@@ -240,7 +240,7 @@ inline Result<bool> single_copy_reduce_scatter(const std::vector<PeerPort*>& por
                                                const void* send, void* recv, size_t recv_count,
                                                bool only_if_registered = false) {
   const size_t eb = r.elem_bytes, total = recv_count * ports.size() * eb;
-  const auto mine = detail::describe(send, total);
+  const auto mine = detail::descriptor_of(send, total);
   auto peers = detail::swap_descriptors(ports, rank, mine);
   if (!peers.ok()) return peers.status();
   if (only_if_registered && !detail::all_registered(*peers, mine, rank, &detail::BufferDescriptor::input_region))
@@ -265,7 +265,7 @@ inline Result<bool> single_copy_all_reduce(const std::vector<PeerPort*>& ports, 
   const int size = static_cast<int>(ports.size());
   const size_t eb = r.elem_bytes;
   const ChunkedBuffer chunks{count, size};
-  const auto mine = detail::describe(send, count * eb, recv, count * eb);
+  const auto mine = detail::descriptor_of(send, count * eb, recv, count * eb);
   auto peers = detail::swap_descriptors(ports, rank, mine);
   if (!peers.ok()) return peers.status();
   if (only_if_registered && !detail::all_registered(*peers, mine, rank, &detail::BufferDescriptor::output_region))

@@ -176,7 +176,7 @@ inline bool stream_output(const CallShape& c, const Config& config) {
 // Whether the ring moves its pieces by rendezvous (prims/landing_prims.hpp) when every link
 // lands them: for the ring's three collectives, once a rank's chunk reaches
 // DCOMM_RENDEZVOUS_BYTES.
-inline bool ring_lands(const CallShape& c, const Config& config) {
+inline bool ring_by_rendezvous(const CallShape& c, const Config& config) {
   const bool ring = c.kind == OpKind::kAllReduce || c.kind == OpKind::kReduceScatter || c.kind == OpKind::kAllGather;
   return ring && c.ranks > 1 && config.rendezvous_bytes &&
          c.bytes() / static_cast<size_t>(c.ranks) >= config.rendezvous_bytes;

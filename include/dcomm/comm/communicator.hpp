@@ -21,9 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <concepts>
-#include <cstdio>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -158,7 +156,7 @@ class Communicator : public ExchangeCalls<Communicator> {
     // A clean goodbye only from a healthy communicator: after an abort, peers must learn the
     // abort's cause (sent over the control sockets), not that this rank left.
     if (!abort_->aborted()) links_.close_all();
-    if (t_.proxy) t_.proxy->stop(config_.timeout);
+    if (transports_.proxy) transports_.proxy->stop(config_.timeout);
     fanout_.leave();
   }
   Communicator(const Communicator&) = delete;
@@ -218,7 +216,7 @@ class Communicator : public ExchangeCalls<Communicator> {
   // Aborts this communicator on every rank: pending and later calls fail with `why`.
   void abort(const std::string& why) {
     abort_->abort(make_error(ErrorCode::kAborted, "rank ", rank_, " called abort(): ", why));
-    if (t_.proxy) t_.proxy->wait_abort_sent(std::chrono::seconds(1));  // the reason is out before we return
+    if (auto* proxy = transports_.proxy.get()) proxy->wait_abort_sent(std::chrono::seconds(1));  // the reason first
   }
 
   // ---- collectives, raw form (counts in elements; the exchanges: comm/exchange_calls.hpp) --
@@ -388,12 +386,12 @@ class Communicator : public ExchangeCalls<Communicator> {
 
     DCOMM_RETURN_IF_ERROR(agree_facts(facts_, {rank_, local_size_, peers_, kinds_, *store_, prefix_, config_}));
 
-    DCOMM_RETURN_IF_ERROR(build_transports(t_, rank, peers_, kinds_, *store_, prefix, config_,
+    DCOMM_RETURN_IF_ERROR(build_transports(transports_, rank, peers_, kinds_, *store_, prefix, config_,
                                            {*listener, std::hash<std::string>{}(prefix), access_.secret, abort_,
                                             [this]() -> Status { return setup_abort(); }}));
     links_.init({rank_, &peers_, &kinds_, &config_, store_.get(), prefix_, abort_, &call_stamp_, &fanout_},
-                t_.table(rank_, kinds_));
-    fanout_.join(prefix_, rank_, &peers_, abort_, t_.proxy.get());
+                transports_.table(rank_, kinds_));
+    fanout_.join(prefix_, rank_, &peers_, abort_, transports_.proxy.get());
     abort_->set_hook([this](const Status& why) { fanout_.fan_out(why); });
     // The ring neighbours are connected now, so setup problems (a full /dev/shm) surface here.
     const int next = facts_.at_position(facts_.pos + 1), prev = facts_.at_position(facts_.pos - 1);
@@ -457,10 +455,11 @@ class Communicator : public ExchangeCalls<Communicator> {
     Status s = dispatch(d, forced);
     abort_->end_call();
     if (s.ok()) return s;
-    if (s.code() == ErrorCode::kTimeout && t_.proxy) s = t_.proxy->blame_silent_peers(s, config_.timeout);
+    if (auto* proxy = transports_.proxy.get(); proxy && s.code() == ErrorCode::kTimeout)
+      s = proxy->blame_silent_peers(s, config_.timeout);
     s = s.with_context(detail::cat(to_string(d.kind), " on rank ", rank_));
     if (!abort_->aborted() && s.code() != ErrorCode::kOutOfResources) abort_->abort(s);
-    if (abort_->aborted() && t_.proxy) t_.proxy->quiesce();  // no wire reads the caller's memory after
+    if (abort_->aborted() && transports_.proxy) transports_.proxy->quiesce();  // no wire reads the buffers after
     return s;
   }
 
@@ -468,7 +467,7 @@ class Communicator : public ExchangeCalls<Communicator> {
   void begin_call(const CallStamp& stamp) {
     call_stamp_ = stamp;
     abort_->publish_call(call_stamp_, true);
-    if (t_.proxy) t_.proxy->call_began();
+    if (transports_.proxy) transports_.proxy->call_began();
   }
   Status dispatch(const OpDesc& d, std::optional<Algorithm> forced) {
     if (abort_->aborted()) return abort_->status();
@@ -502,10 +501,10 @@ class Communicator : public ExchangeCalls<Communicator> {
   std::vector<PeerInfo> peers_;
   std::vector<TransportChoice> kinds_;
   std::shared_ptr<AbortState> abort_ = std::make_shared<AbortState>();
-  HostTransports t_;    // the transports and the proxy thread (comm/links.hpp)
-  SetupFacts facts_;    // what the ranks agreed at set-up (comm/facts.hpp)
-  LinkTable links_;     // the links to the peers (comm/link_table.hpp)
-  AbortFanout fanout_;  // how an abort reaches every rank, and who is in which call (comm/abort_fanout.hpp)
+  HostTransports transports_;  // the transports and the proxy thread (comm/links.hpp)
+  SetupFacts facts_;           // what the ranks agreed at set-up (comm/facts.hpp)
+  LinkTable links_;            // the links to the peers (comm/link_table.hpp)
+  AbortFanout fanout_;         // how an abort reaches every rank, and who is in which call (comm/abort_fanout.hpp)
   int split_count_ = 0;
   bool suspended_ = false;
   int epoch_ = 0;                     // suspensions so far: later links connect under a new key prefix

@@ -61,7 +61,7 @@ inline Status run_ring(const DispatchContext& c, const OpDesc& d, const Reducer&
     }();
     return s.ok() ? prims.wait_sent() : s;  // the wire has read what went by reference
   };
-  if (f.lands && ring_lands(shape, c.config)) {
+  if (f.every_link_lands && ring_by_rendezvous(shape, c.config)) {
     LandingPrimitives prims(prev, next, reducer, c.scratch, c.config.slot_bytes * static_cast<size_t>(c.config.slots));
     return run(prims);
   }

@@ -34,7 +34,7 @@ struct SetupFacts {
   int pos = 0;                     // this rank's position
   LinkModel link;                  // the cost model's link parameters (tuned later by tuning.hpp)
   bool single_copy = false;        // every rank can read every other's memory
-  bool lands = false;              // every link lands rendezvous payloads (all proxied; the ring lands)
+  bool every_link_lands = false;   // every link lands rendezvous payloads (all proxied; the ring lands)
 
   int size() const { return static_cast<int>(order.size()); }
   int at_position(int p) const { return order[static_cast<size_t>(detail::mod(p, size()))]; }
@@ -107,16 +107,16 @@ inline Status agree_facts(SetupFacts& f, const FactsContext& c) {
     const bool same_process = peer.process_id == c.peers[static_cast<size_t>(c.rank)].process_id;
     ok = !proxied(c.kinds[static_cast<size_t>(p)]) && can_read_process(peer.pid, same_process, peer.probe_addr);
   }
-  bool lands = c.config.rendezvous_bytes != 0;
-  for (int p = 0; p < size; ++p) lands = lands && (p == c.rank || proxied(c.kinds[static_cast<size_t>(p)]));
+  bool all_land = c.config.rendezvous_bytes != 0;
+  for (int p = 0; p < size; ++p) all_land = all_land && (p == c.rank || proxied(c.kinds[static_cast<size_t>(p)]));
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   const int load_milli = c.local_size * 1000 / std::max(cores, 1);
   DCOMM_RETURN_IF_ERROR(c.store.set(detail::cat(c.prefix, "/facts/", c.rank),
-                                    detail::cat(ok ? 1 : 0, " ", load_milli, " ", lands ? 1 : 0, " ",
+                                    detail::cat(ok ? 1 : 0, " ", load_milli, " ", all_land ? 1 : 0, " ",
                                                 detail::publish_place(c.rank, c.config.device))));
-  f.single_copy = f.lands = true;
+  f.single_copy = f.every_link_lands = true;
   int max_load_milli = 0;
   std::vector<RankPlace> places(static_cast<size_t>(size));
   for (int p = 0; p < size; ++p) {
@@ -129,7 +129,7 @@ inline Status agree_facts(SetupFacts& f, const FactsContext& c) {
     if (!(in >> verdict >> load >> landing >> place.numa >> place.bus_id >> path))
       return make_error(ErrorCode::kInternal, "rank ", p, " published unreadable host facts '", *v, "'");
     f.single_copy = f.single_copy && verdict == 1;
-    f.lands = f.lands && landing == 1;
+    f.every_link_lands = f.every_link_lands && landing == 1;
     max_load_milli = std::max(max_load_milli, load);
     place.host = f.host_of[static_cast<size_t>(p)];
     if (place.bus_id == "-") place.bus_id.clear();

@@ -50,7 +50,7 @@ class LinkTable {
 
   // transports[p]: the transport that reaches rank p (null for this rank).
   void init(Context c, std::vector<Transport*> transports) {
-    c_ = std::move(c);
+    ctx_ = std::move(c);
     transports_ = std::move(transports);
     ports_.resize(transports_.size());
   }
@@ -91,29 +91,30 @@ class LinkTable {
       }
     all_.clear();  // connect_all makes them again
     all_by_position_.clear();
-    c_.prefix = std::move(prefix);
+    ctx_.prefix = std::move(prefix);
     return dropped;
   }
 
   // Prepares every link first, then connects each: see Transport::prepare.
   Status connect(std::vector<int> want) {
-    const Config& config = *c_.config;
-    const auto& peers = *c_.peers;
-    std::erase_if(want, [&](int p) { return p == c_.rank || ports_[static_cast<size_t>(p)]; });
+    const Config& config = *ctx_.config;
+    const auto& peers = *ctx_.peers;
+    std::erase_if(want, [&](int p) { return p == ctx_.rank || ports_[static_cast<size_t>(p)]; });
     std::sort(want.begin(), want.end());
     want.erase(std::unique(want.begin(), want.end()), want.end());
     // Every link holds about one FIFO here (TCP: two); refuse before allocating past the bound.
     const size_t per_link = local_fifo_bytes(config);
     size_t after = staging_bytes();
-    for (int p : want) after += per_link * (proxied((*c_.kinds)[static_cast<size_t>(p)]) ? 2 : 1);
+    for (int p : want) after += per_link * (proxied((*ctx_.kinds)[static_cast<size_t>(p)]) ? 2 : 1);
     if (!want.empty() && after > config.max_staging_bytes)
       return make_error(ErrorCode::kOutOfResources, "connecting to ", want.size(),
                         " more peer(s) would raise this rank's ", "staging memory to ", after >> 20,
                         " MiB, over DCOMM_MAX_STAGING_BYTES (", config.max_staging_bytes >> 20,
                         " MiB); raise it, or lower DCOMM_SLOT_BYTES / DCOMM_SLOTS");
-    const PeerInfo& self = peers[static_cast<size_t>(c_.rank)];
+    const PeerInfo& self = peers[static_cast<size_t>(ctx_.rank)];
     auto ctx = [&](int p) {
-      return ConnectContext{c_.rank, &self, &peers[static_cast<size_t>(p)], &config, c_.store, c_.prefix, c_.abort};
+      return ConnectContext{ctx_.rank,   &self,     &peers[static_cast<size_t>(p)], &config, ctx_.store,
+                            ctx_.prefix, ctx_.abort};
     };
     for (int p : want)
       DCOMM_RETURN_IF_ERROR(transports_[static_cast<size_t>(p)]->prepare(ctx(p)).with_context(
@@ -123,9 +124,9 @@ class LinkTable {
       if (!conn.ok()) return conn.status();
       const PeerInfo& peer = peers[static_cast<size_t>(p)];
       ports_[static_cast<size_t>(p)] =
-          std::make_unique<PeerPort>(std::move(*conn), &peer, c_.abort.get(), &config,
-                                     peer.process_id == self.process_id, c_.call, c_.rank, c_.directory);
-      DCOMM_LOG(kInfo, kSubsysTransport, c_.rank, "connected to ", peer.describe(), " via ", transport_name(p));
+          std::make_unique<PeerPort>(std::move(*conn), &peer, ctx_.abort.get(), &config,
+                                     peer.process_id == self.process_id, ctx_.call, ctx_.rank, ctx_.directory);
+      DCOMM_LOG(kInfo, kSubsysTransport, ctx_.rank, "connected to ", peer.describe(), " via ", transport_name(p));
     }
     return {};
   }
@@ -150,7 +151,7 @@ class LinkTable {
   }
 
  private:
-  Context c_;
+  Context ctx_;
   std::vector<Transport*> transports_;
   std::vector<std::unique_ptr<PeerPort>> ports_;
   std::vector<PeerPort*> all_, all_by_position_;

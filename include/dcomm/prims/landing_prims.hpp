@@ -1,5 +1,5 @@
 // The ring's primitives (prims/primitives.hpp's vocabulary) for links whose wire lands a
-// payload in the receiver's own buffer (TCP, UCX, verbs: PeerPort::lands). A slice here is a
+// payload in the receiver's own buffer (TCP, UCX, verbs: ProxyLink::lands_payloads). A slice here is a
 // piece of up to the FIFO's capacity, and each moves as one rendezvous: from the sender's
 // buffer straight into the output where the data only passes (all-gather), or into working
 // memory the receiver folds from (reduce-scatter), with no copy through a FIFO slot at either

@@ -89,14 +89,14 @@ class PeerPort {
     commit_by_reference(data, bytes, stamp);
     return true;
   }
+  // A waiting rank moves a wire it may move itself (verbs), instead of waiting for the proxy.
+  void progress() const { conn_->progress(); }
   // Whether a message of `bytes` to or from this peer goes as one rendezvous, straight from the
   // sender's buffer into the receiver's (transport/fifo.hpp): over a link that lands payloads
   // (TCP, UCX, verbs) from DCOMM_RENDEZVOUS_BYTES. Both ends decide alike (same link, same
   // setting). A link that lands reads a rendezvous from the sender's buffer, even one that
   // copies other slots (verbs registers the buffer for it).
-  // A waiting rank moves a wire it may move itself (verbs), instead of waiting for the proxy.
-  void progress() const { conn_->progress(); }
-  bool lands(size_t bytes) const {
+  bool goes_by_rendezvous(size_t bytes) const {
     return config_->rendezvous_bytes && bytes >= config_->rendezvous_bytes && bytes > kInlineBytes && conn_->landing();
   }
   // The sending end of one: `bytes` of any size at `data` (unchanged until wait_sent()).

@@ -109,7 +109,7 @@ class FifoRef {
   size_t slot_bytes() const { return h_->slot_bytes; }
   uint64_t slots() const { return h_->slots; }
   uint64_t lines() const { return h_->lines; }
-  bool split() const { return h_->lines != h_->slots; }  // lines apart from the data areas (slot())
+  bool lines_apart() const { return h_->lines != h_->slots; }  // lines apart from the data areas (slot())
   // How many slots a producer may have ahead of the consumer's head when the next one holds
   // `bytes`: every line for a message that fits in a line, else the slots with a data area.
   uint64_t room(uint64_t bytes) const { return bytes <= kSmallBytes ? h_->lines : h_->slots; }
@@ -231,11 +231,11 @@ class FifoRef {
   // line) come first and slot i's larger payload goes to data area i % slots: that area is
   // free once slot i - slots is released, which room() ensures.
   char* slot(uint64_t index) const {
-    const uint64_t stride = split() ? kLineBytes : kSlotHeaderBytes + h_->slot_bytes;
+    const uint64_t stride = lines_apart() ? kLineBytes : kSlotHeaderBytes + h_->slot_bytes;
     return reinterpret_cast<char*>(h_) + sizeof(FifoHeader) + (index % h_->lines) * stride;
   }
   char* data(uint64_t index) const {
-    if (!split()) return slot(index) + kSlotHeaderBytes;
+    if (!lines_apart()) return slot(index) + kSlotHeaderBytes;
     return reinterpret_cast<char*>(h_) + sizeof(FifoHeader) + h_->lines * kLineBytes +
            (index % h_->slots) * h_->slot_bytes;
   }

@@ -44,7 +44,7 @@ class ProxyLink {
   // Whether the wire reads slots sent by reference from the rank's memory (verbs: registered only).
   virtual bool takes_references() const { return true; }
   // Whether the wire lands rendezvous payloads where the rank posts them (`landing`).
-  virtual bool lands() const { return false; }
+  virtual bool lands_payloads() const { return false; }
   // Whether a waiting rank may move the wire itself (verbs: its queue pair is the link's own).
   virtual bool rank_pumps() const { return false; }
 

@@ -56,7 +56,7 @@ class TcpLink final : public ProxyLink {
     }
   }
   const char* kind() const override { return "tcp"; }
-  bool lands() const override { return true; }
+  bool lands_payloads() const override { return true; }
   bool pump() override;
   // One stripe's half of pump(): false when the link failed; `progress` set when bytes moved.
   bool pump_send(size_t k, FifoRef& out, uint64_t tail, bool& progress);

@@ -144,7 +144,7 @@ class UcxLink final : public ProxyLink {
   }
 
   const char* kind() const override { return "ucx"; }
-  bool lands() const override { return true; }
+  bool lands_payloads() const override { return true; }
 
   bool pump() override {
     bool progress = worker_->progress();

@@ -75,7 +75,7 @@ class VerbsLink final : public ProxyLink {
   // Ordinary slots go from the registered FIFO (copied in); a rendezvous goes from the user's
   // buffer, registered for it, into the receiver's, registered too (RDMA WRITE).
   bool takes_references() const override { return false; }
-  bool lands() const override { return true; }
+  bool lands_payloads() const override { return true; }
   // The queue pair and completion queue are this link's alone: a waiting rank polls them itself
   // (the proxy still does when no rank is waiting).
   bool rank_pumps() const override { return true; }
