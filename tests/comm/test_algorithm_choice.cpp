@@ -212,3 +212,26 @@ TEST_CASE("choice cache: a shape seen before is not weighed again; another shape
     CHECK(weighed == 2);
   }
 }
+
+// One list (core/algorithms.hpp) says which algorithm runs which collective: what DCOMM_ALGO
+// may force and what the cost model weighs all come from it, and the measured choices too.
+TEST_CASE("algorithms for collectives: forcing, the cost model and the measured choices read one list") {
+  const OpKind kinds[] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllGather, OpKind::kBroadcast,
+                          OpKind::kReduce};
+  Config c;
+  for (int k = 0; k < 5; ++k) {
+    CAPTURE(k);
+    for (Algorithm a : kForcibleAlgorithms) CHECK(algo_valid_for(to_string(a), k) == runs(a, kinds[k]));
+    for (int ranks : {2, 8, 64})
+      for (size_t count : {size_t{2}, size_t{1} << 20}) {
+        const CallShape shape{kinds[k], count, 4, ranks, false, ranks / 2};
+        for (Algorithm a : candidates(shape, c, true)) CHECK(runs(a, kinds[k]));
+        for (bool single_copy : {false, true}) CHECK(runs(choose_algorithm(shape, c, single_copy).algorithm, kinds[k]));
+      }
+  }
+  CHECK(runs(Algorithm::kTree, OpKind::kBroadcast));
+  CHECK_FALSE(runs(Algorithm::kSingleCopy, OpKind::kReduce));
+  CHECK_FALSE(runs(Algorithm::kHalvingDoubling, OpKind::kAllReduce));
+  CHECK_FALSE(algo_valid_for("ordered", 0));  // internal: DCOMM_DETERMINISTIC chooses it
+  CHECK(runs(Algorithm::kOrdered, OpKind::kReduce));
+}

@@ -171,7 +171,7 @@ TEST_CASE("fifo: with more lines than slots, line-sized messages queue on every 
   CHECK(f.slots() == 3);
   CHECK(mem.bytes == fifo_bytes(c.slot_bytes, 3, lines));
   CHECK(mem.bytes < fifo_bytes(c.slot_bytes, lines));  // cheaper than as many full slots
-  CHECK_FALSE(HeapFifo(c).fifo.lines_apart());               // one line per slot: the wires' layout
+  CHECK_FALSE(HeapFifo(c).fifo.lines_apart());         // one line per slot: the wires' layout
   // Every payload of every size lies in the FIFO's memory, past its header.
   for (uint64_t i = 0; i < 2 * lines; ++i)
     for (uint64_t bytes : {0, 1, 32, 33, 448, 449, 1024}) {

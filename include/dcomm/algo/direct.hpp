@@ -5,7 +5,7 @@
 // so it is only chosen for messages of a few KiB (Config::direct_bytes).
 //
 // Written once over peer-addressed primitives (algo/tree_collectives.hpp lists them, plus
-// local_reduce): the host's ports run it (algo/recursive.hpp), and so does the simulator's
+// local_reduce): the host's ports run it (algo/on_ports.hpp), and so does the simulator's
 // recorder (sim/recorder.hpp).
 #pragma once
 

@@ -6,7 +6,7 @@
 //
 // Written once over peer-addressed primitives and schedules (the executor's run()), from the
 // pieces it composes, each run inside a group (algo/group.hpp): the host's ports run it
-// (algo/recursive.hpp), and so does the simulator's recorder (sim/recorder.hpp).
+// (algo/on_ports.hpp), and so does the simulator's recorder (sim/recorder.hpp).
 #pragma once
 
 #include <vector>

@@ -14,7 +14,7 @@
 // them), plus one more:
 //   exchange(ops)   one batch of sends and receives with any peers (P2POp, counts in bytes),
 //                   progressing together so that no order of them deadlocks
-// The host's ports run it (algo/recursive.hpp: run_p2p), and so does the simulator's recorder.
+// The host's ports run it (algo/on_ports.hpp: run_p2p), and so does the simulator's recorder.
 // `scratch`: ordered_scratch_elems(count, n) elements (the received blocks, and reduce's
 // folded block off the root).
 #pragma once

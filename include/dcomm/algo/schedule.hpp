@@ -1,7 +1,7 @@
 // Schedules as data: the steps each rank takes (send a range of its working buffer to a peer,
 // receive a range from a peer and reduce it in or copy it in, copy a range, finalize a range).
 // The recursive algorithms are generated here by pure functions of (world size, rank, count);
-// the communicator runs them over its ports (run_schedule, in algo/recursive.hpp) and the
+// the communicator runs them over its ports (run_schedule, in algo/on_ports.hpp) and the
 // simulator (sim/simulator.hpp) runs the very same steps against a modelled network with
 // symbolic data, for up to 65,536 ranks. The ring, chain and tree algorithms are code over
 // primitives instead; the simulator gets their steps by running that code with a recorder

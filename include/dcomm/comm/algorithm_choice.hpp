@@ -29,28 +29,33 @@ inline constexpr int kAllPeerMaxRanks = 8;
 // The collectives' index in Config::algo (DCOMM_ALGO).
 inline int algo_index(OpKind k) { return static_cast<int>(k); }
 
-// The algorithms that can run this call (the cost model's candidates, plus the measured ones).
+// The algorithms that can run this call (the cost model's candidates, plus the measured ones),
+// from core/algorithms.hpp's list: direct only for a few KiB in a group of up to
+// kAllPeerMaxRanks, hierarchical only over several hosts with more than one rank on some,
+// single copy only where every rank reaches every other; the deferred single copy and the
+// ordered reductions are never the cost model's to choose.
 inline std::vector<Algorithm> candidates(const CallShape& c, const Config& config, bool single_copy) {
   const bool all_peer = c.ranks >= 2 && c.ranks <= kAllPeerMaxRanks;
   const bool direct = all_peer && c.bytes() <= std::min({kDirectMaxBytes, config.slot_bytes});
-  std::vector<Algorithm> out{Algorithm::kRing};
-  switch (c.kind) {
-    case OpKind::kAllReduce:
-      if (direct) out.push_back(Algorithm::kDirect);
-      out.insert(out.end(),
-                 {Algorithm::kRecursiveDoubling, Algorithm::kRabenseifner, Algorithm::kTree, Algorithm::kDoubleTree});
-      if (c.hosts > 1 && c.hosts < c.ranks) out.push_back(Algorithm::kHierarchical);
-      break;
-    case OpKind::kReduceScatter:
-    case OpKind::kAllGather:
-      if (direct) out.push_back(Algorithm::kDirect);
-      out.push_back(Algorithm::kHalvingDoubling);
-      break;
-    case OpKind::kBroadcast:
-    case OpKind::kReduce: out.push_back(Algorithm::kTree); break;
-    default: break;
+  std::vector<Algorithm> out;
+  for (const AlgorithmFor& f : kAlgorithmsFor) {
+    if (f.kind != c.kind) continue;
+    switch (f.algorithm) {
+      case Algorithm::kDirect:
+        if (direct) out.push_back(f.algorithm);
+        break;
+      case Algorithm::kHierarchical:
+        if (c.hosts > 1 && c.hosts < c.ranks) out.push_back(f.algorithm);
+        break;
+      case Algorithm::kSingleCopy:
+        if (single_copy && all_peer) out.push_back(f.algorithm);
+        break;
+      case Algorithm::kSingleCopyIfRegistered:
+      case Algorithm::kOrdered: break;
+      default: out.push_back(f.algorithm);
+    }
   }
-  if (single_copy && all_peer && c.kind != OpKind::kReduce) out.push_back(Algorithm::kSingleCopy);
+  if (out.empty()) out.push_back(Algorithm::kRing);
   return out;
 }
 

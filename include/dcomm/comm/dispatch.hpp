@@ -10,7 +10,7 @@
 
 #include "dcomm/algo/chain.hpp"
 #include "dcomm/algo/ordered.hpp"
-#include "dcomm/algo/recursive.hpp"
+#include "dcomm/algo/on_ports.hpp"
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/algo/single_copy.hpp"
 #include "dcomm/comm/algorithm_choice.hpp"
@@ -89,7 +89,7 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
              : single_copy_all_reduce(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered);
 }
 
-// The schedules and trees over all peers (algo/recursive.hpp), in the ring order.
+// The schedules and trees over all peers (algo/on_ports.hpp), in the ring order.
 inline Status run_over_peers(const DispatchContext& c, const OpDesc& d, const Reducer& reducer, Algorithm algorithm) {
   const SetupFacts& f = c.facts;
   const PeerSet ps{c.links.all_by_position(), f.pos, c.config};
@@ -119,6 +119,8 @@ inline Status run_over_peers(const DispatchContext& c, const OpDesc& d, const Re
 // ring and chains between neighbours; every other algorithm connects to every peer first.
 inline Status run_algorithm(const DispatchContext& c, const OpDesc& d, const Reducer& reducer, const CallShape& shape,
                             Algorithm algorithm) {
+  if (!runs(algorithm, d.kind))  // core/algorithms.hpp's list
+    return make_error(ErrorCode::kInternal, "no ", to_string(algorithm), " for ", to_string(d.kind));
   if (algorithm == Algorithm::kRing) return detail::run_ring(c, d, reducer, shape);
   const int rank = c.rank;
   LinkTable& links = c.links;

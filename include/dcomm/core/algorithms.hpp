@@ -1,11 +1,12 @@
 // The algorithms' names, once: the enum the cost model and the dispatch use, the names
-// DCOMM_ALGO forces them by (and logs print), and which collectives each can be forced for.
+// DCOMM_ALGO forces them by (and logs print), and which collectives each runs.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
 
 DCOMM_NAMESPACE_BEGIN
@@ -55,20 +56,53 @@ inline std::optional<Algorithm> parse_algorithm(std::string_view name) {
   return std::nullopt;
 }
 
-// The collectives an algorithm can be forced for (DCOMM_ALGO), in OpKind order, and the
-// algorithms each accepts ("ring" is the chain for broadcast and reduce).
+// Which algorithm runs which collective: the one list that forcing (DCOMM_ALGO), the cost
+// model's candidates (comm/algorithm_choice.hpp) and the dispatch (comm/dispatch.hpp) read,
+// each collective's in the cost model's order of preference on a tie. "ring" is the chain for
+// broadcast and reduce.
+struct AlgorithmFor {
+  OpKind kind;
+  Algorithm algorithm;
+};
+inline constexpr AlgorithmFor kAlgorithmsFor[] = {
+    {OpKind::kAllReduce, Algorithm::kRing},
+    {OpKind::kAllReduce, Algorithm::kDirect},
+    {OpKind::kAllReduce, Algorithm::kRecursiveDoubling},
+    {OpKind::kAllReduce, Algorithm::kRabenseifner},
+    {OpKind::kAllReduce, Algorithm::kTree},
+    {OpKind::kAllReduce, Algorithm::kDoubleTree},
+    {OpKind::kAllReduce, Algorithm::kHierarchical},
+    {OpKind::kAllReduce, Algorithm::kSingleCopy},
+    {OpKind::kAllReduce, Algorithm::kSingleCopyIfRegistered},
+    {OpKind::kAllReduce, Algorithm::kOrdered},
+    {OpKind::kReduceScatter, Algorithm::kRing},
+    {OpKind::kReduceScatter, Algorithm::kDirect},
+    {OpKind::kReduceScatter, Algorithm::kHalvingDoubling},
+    {OpKind::kReduceScatter, Algorithm::kSingleCopy},
+    {OpKind::kReduceScatter, Algorithm::kSingleCopyIfRegistered},
+    {OpKind::kReduceScatter, Algorithm::kOrdered},
+    {OpKind::kAllGather, Algorithm::kRing},
+    {OpKind::kAllGather, Algorithm::kDirect},
+    {OpKind::kAllGather, Algorithm::kHalvingDoubling},
+    {OpKind::kAllGather, Algorithm::kSingleCopy},
+    {OpKind::kBroadcast, Algorithm::kRing},
+    {OpKind::kBroadcast, Algorithm::kTree},
+    {OpKind::kBroadcast, Algorithm::kSingleCopy},
+    {OpKind::kReduce, Algorithm::kRing},
+    {OpKind::kReduce, Algorithm::kTree},
+    {OpKind::kReduce, Algorithm::kOrdered},
+};
+constexpr bool runs(Algorithm a, OpKind k) {
+  for (const AlgorithmFor& f : kAlgorithmsFor)
+    if (f.kind == k && f.algorithm == a) return true;
+  return false;
+}
+
+// The collectives DCOMM_ALGO can force an algorithm for, in OpKind order.
 inline constexpr const char* kAlgoCollectives[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
 inline bool algo_valid_for(const std::string& name, int collective) {
-  using A = Algorithm;
-  constexpr auto bit = [](A a) { return 1u << static_cast<unsigned>(a); };
-  static constexpr unsigned kValid[] = {
-      bit(A::kRing) | bit(A::kDirect) | bit(A::kSingleCopy) | bit(A::kRecursiveDoubling) | bit(A::kRabenseifner) |
-          bit(A::kTree) | bit(A::kDoubleTree) | bit(A::kHierarchical),
-      bit(A::kRing) | bit(A::kDirect) | bit(A::kSingleCopy) | bit(A::kHalvingDoubling),
-      bit(A::kRing) | bit(A::kDirect) | bit(A::kSingleCopy) | bit(A::kHalvingDoubling),
-      bit(A::kRing) | bit(A::kSingleCopy) | bit(A::kTree), bit(A::kRing) | bit(A::kTree)};
   const auto a = parse_algorithm(name);
-  return a && collective >= 0 && collective < 5 && (kValid[collective] & bit(*a)) != 0;
+  return a && collective >= 0 && collective < 5 && runs(*a, static_cast<OpKind>(collective));
 }
 
 DCOMM_NAMESPACE_END
