@@ -24,7 +24,7 @@ if want_cuda == "1" and not have_cuda:
     raise SystemExit("DCOMM_TORCH_CUDA=1 but torch has no CUDA or nvcc is missing")
 
 csrc = os.path.join("dcomm_torch", "csrc")
-sources = [os.path.join(csrc, f) for f in ("module.cpp", "process_group.cpp", "backend_hooks.cpp", "window.cpp")]
+sources = [os.path.join(csrc, f) for f in ("module.cpp", "process_group.cpp", "collectives.cpp", "work.cpp", "backend_hooks.cpp", "window.cpp")]
 cxx = ["-std=c++20", "-O3", "-g0", "-Wno-deprecated-declarations"]
 # The symbols of static archives linked in stay inside the module: a toolchain that links its
 # own libstdc++ statically (the GPU machine's /opt/gcc did) would otherwise export that copy's
@@ -33,7 +33,7 @@ cxx = ["-std=c++20", "-O3", "-g0", "-Wno-deprecated-declarations"]
 link = ["-Wl,--exclude-libs,ALL"]
 macros = []
 # DCOMM_TORCH_PREBUILT: a static archive of the CUDA build's sources that need no Python
-# (process_group.cpp, backend_hooks.cpp, window.cpp, cuda_path.cpp, device_glue.cu), compiled against this same torch's
+# (process_group.cpp, collectives.cpp, work.cpp, backend_hooks.cpp, window.cpp, cuda_path.cpp, device_glue.cu), compiled against this same torch's
 # headers (tests/torch/torch2_compile.sh makes it for the GPU check): only module.cpp is
 # compiled here, against this Python.
 prebuilt = os.environ.get("DCOMM_TORCH_PREBUILT")

@@ -166,7 +166,7 @@ build() {
   } >"$BIN/MANIFEST"
 }
 
-# The torch backend's C++ and CUDA sources that need no Python (process_group.cpp,
+# The torch backend's C++ and CUDA sources that need no Python (every .cpp but module.cpp,
 # cuda_path.cpp, device_glue.cu), compiled against torch $TORCH_VERSION's headers into
 # .gpu-bin/torch/libdcomm_torch_core.a (tests/torch/torch2_compile.sh --archive does it, and
 # the torch2_compile test shares its work); the GPU machine compiles only module.cpp against

@@ -5,7 +5,8 @@
 #                                            (the test; device_glue.cu is libnccl.so.2's, which
 #                                            the main build compiles)
 #   torch2_compile.sh --archive [build-dir]  the sources that need no Python (process_group.cpp,
-#                                            backend_hooks.cpp, window.cpp, cuda_path.cpp,
+#                                            collectives.cpp, work.cpp, backend_hooks.cpp,
+#                                            window.cpp, cuda_path.cpp,
 #                                            device_glue.cu) compiled (sm_90) into
 #                                            $cache/libdcomm_torch_core.a: the GPU check's
 #                                            prebuilt core (scripts/gpu-check.sh --build-only),
@@ -58,7 +59,7 @@ cuda_flags=(-DDCOMM_TORCH_CUDA=1 -I/usr/local/cuda/include)
 for f in "${flags[@]}"; do
   case $f in -fsyntax-only | "-I$pyinc") ;; *) cuda_flags+=("$f") ;; esac
 done
-core_sources=(process_group backend_hooks window cuda_path)
+core_sources=(process_group collectives work backend_hooks window cuda_path)
 if ((!archive_only)); then
   check "torch $version CUDA build: module.cpp" g++ "${flags[@]}" -DDCOMM_TORCH_CUDA=1 -I/usr/local/cuda/include "$csrc/module.cpp"
   for f in "${core_sources[@]}"; do
@@ -84,7 +85,9 @@ for i in "${!labels[@]}"; do
   if wait "${pids[$i]}"; then echo "ok    ${labels[$i]}"; else echo "FAIL  ${labels[$i]}"; cat "$cache/out.$i.txt"; fail=1; fi
 done
 if ((archive_only)) && ((!fail)); then
-  rm -f "$core" && ar rcs "$core" "$cache/process_group.o" "$cache/backend_hooks.o" "$cache/window.o" "$cache/cuda_path.o" "$cache/device_glue.o"
+  objects=()
+  for f in "${core_sources[@]}"; do objects+=("$cache/$f.o"); done
+  rm -f "$core" && ar rcs "$core" "${objects[@]}" "$cache/device_glue.o"
   echo "$stamp" >"$core.stamp"
   echo "ok    core archive: $core ($(du -h "$core" | cut -f1))"
 fi

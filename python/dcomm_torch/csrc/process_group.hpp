@@ -294,4 +294,21 @@ struct Reduction {
 };
 Reduction reduction_for(const at::Tensor& t, const c10d::ReduceOp& op, const char* what);
 
+// Tensor checks and copies every call uses (collectives.cpp, process_group.cpp).
+// Dense tensors only; the device checked by the caller.
+inline void check_dense(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.layout() == at::kStrided, "dcomm: ", what, " does not support ", t.layout(),
+              " tensors (only dense ones)");
+}
+inline void check_one(const std::vector<at::Tensor>& ts, const char* what) {
+  TORCH_CHECK(ts.size() == 1, "dcomm: ", what, " takes one tensor per process, got ", ts.size());
+  check_dense(ts[0], what);
+}
+
+// `t` itself when contiguous, else a contiguous copy (written back by `write_back`).
+inline at::Tensor contiguous(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+inline void write_back(const at::Tensor& user, const at::Tensor& buf) {
+  if (!user.is_same(buf)) user.copy_(buf);
+}
+
 }  // namespace dcomm_torch
