@@ -107,7 +107,7 @@ inline Status push_to_peers(const std::vector<PeerPort*>& ports, int rank, const
   for (int k = 1; k < size; ++k) {
     const size_t p = static_cast<size_t>((rank + k) % size);
     DCOMM_RETURN_IF_ERROR(
-        ports[p]->write_remote(peers[p].output + at, from, bytes, peers[p].output_region, /*stream=*/true));
+        ports[p]->memory().write(peers[p].output + at, from, bytes, peers[p].output_region, /*stream=*/true));
   }
   return {};
 }
@@ -152,7 +152,7 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
       if (p == rank) continue;
       auto target = detail::take_descriptor(ports[static_cast<size_t>(p)], bytes);
       if (!target.ok()) return target.status();
-      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->write_remote(
+      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->memory().write(
           target->address + split, static_cast<const char*>(send) + split, bytes - split, target->input_region));
     }
     return detail::finish(ports, rank);
@@ -165,7 +165,7 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
     detail::BufferDescriptor mine = detail::descriptor_of(recv, bytes);
     DCOMM_RETURN_IF_ERROR(from_root->post(&mine, sizeof mine));
   }
-  DCOMM_RETURN_IF_ERROR(from_root->read_remote(recv, source->address, source->split, source->input_region));
+  DCOMM_RETURN_IF_ERROR(from_root->memory().read(recv, source->address, source->split, source->input_region));
   DCOMM_RETURN_IF_ERROR(from_root->post(nullptr, 0));
   return detail::await_done(from_root);
 }
@@ -205,9 +205,9 @@ inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Re
       if (p == rank) continue;
       PeerPort* port = ports[static_cast<size_t>(p)];
       const BufferDescriptor& d = peers[static_cast<size_t>(p)];
-      const char* theirs = port->view(d.input_region, d.address + at, n * eb);  // read in place if mapped
+      const char* theirs = port->memory().view(d.input_region, d.address + at, n * eb);  // read in place if mapped
       if (!theirs) {
-        DCOMM_RETURN_IF_ERROR(port->read_remote(tile, d.address + at, n * eb));
+        DCOMM_RETURN_IF_ERROR(port->memory().read(tile, d.address + at, n * eb));
         theirs = tile;
       }
       r.reduce(sum, partial, theirs, n);

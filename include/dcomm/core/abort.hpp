@@ -1,7 +1,7 @@
 // A rank's communicator state that every layer below it reads: whether it has failed (the
 // first error to abort it, which every wait on any of its connections returns from then on),
 // the call it is in, and how a rank whose wait on a peer stalls learns which call that peer is
-// in. The communicator owns them; transports, primitives and the proxy hold pointers.
+// in and what it concludes. The communicator owns them; transports, primitives and the proxy hold pointers.
 #pragma once
 
 #include <atomic>
@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
@@ -106,5 +107,30 @@ class CallDirectory {
   // Nothing when it cannot be learned within `within`.
   virtual std::optional<AbortState::CallInfo> call_of(int peer, std::chrono::milliseconds within) = 0;
 };
+
+// What a wait on `peer` that has stalled for a while concludes from the call the peer is in.
+// If the peer is in, or has just made, the call of this number with other arguments (a root,
+// say), the ranks' calls differ, which no slot may ever show (ranks that only wait on each
+// other): kAborted, naming both. A peer merely ahead (it finished its part; the data is on its
+// way) or behind proves nothing, and the wait goes on (ok).
+inline Status stalled_on_other_call(CallDirectory& directory, int peer, const std::string& peer_name, int self_rank,
+                                    const CallStamp& mine, bool sending) {
+  const auto theirs_now = directory.call_of(peer, std::chrono::milliseconds(300));
+  if (!theirs_now) return {};
+  const uint64_t my_seq = mine.a >> 32;
+  auto collective = [](const CallStamp& s) {
+    return s.a != 0 && (s.a & 15u) != static_cast<uint64_t>(OpKind::kPointToPoint) + 1;
+  };
+  for (const CallStamp& theirs : {theirs_now->stamp, theirs_now->previous}) {
+    if (!collective(theirs) || (theirs.a >> 32) != my_seq || theirs == mine) continue;
+    return make_error(ErrorCode::kAborted, "rank ", peer,
+                      theirs == theirs_now->stamp && theirs_now->in_call ? " is in " : " made ", describe(theirs, true),
+                      " while rank ", self_rank, " waits in ", describe(mine, true), " for ",
+                      sending ? "room at it" : "data from it", " (", peer_name,
+                      "): every rank must make the same calls, in the same order, with the same types, ops, counts "
+                      "and roots");
+  }
+  return {};
+}
 
 DCOMM_NAMESPACE_END

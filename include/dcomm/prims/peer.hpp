@@ -20,16 +20,10 @@
 #include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/wait.hpp"
-#include "dcomm/reduce/copy.hpp"
-#include "dcomm/transport/cma.hpp"
-#include "dcomm/transport/mem_alloc.hpp"
+#include "dcomm/prims/peer_memory.hpp"
 #include "dcomm/transport/transport.hpp"
 
 DCOMM_NAMESPACE_BEGIN
-
-// Where `bytes` at `p` lie when they are in one of this process's dcomm::mem_alloc blocks: what
-// a peer passes back to view() to reach them through a mapping. Empty (fd < 0) otherwise.
-inline RegionRef local_region(const void* p, size_t bytes) { return detail::RegionRegistry::instance().find(p, bytes); }
 
 class PeerPort {
  public:
@@ -44,7 +38,7 @@ class PeerPort {
         info_(info),
         abort_(abort),
         config_(config),
-        same_process_(same_process),
+        memory_(info, same_process),
         call_(call),
         self_rank_(self_rank),
         directory_(directory) {}
@@ -205,41 +199,8 @@ class PeerPort {
     }
   }
 
-  // This process's address for `bytes` at address `remote` in the peer's memory, where plain
-  // loads and stores reach it: always for a thread of this process; for a process when the
-  // buffer is in one of its dcomm::mem_alloc allocations (`region`). Null otherwise.
-  char* view(const RegionRef& region, uint64_t remote, size_t bytes) {
-    if (same_process_) return reinterpret_cast<char*>(remote);
-    if (region.fd < 0) return nullptr;
-    if (!regions_) regions_ = std::make_unique<RemoteRegions>(info_->pid);
-    return regions_->translate(region, remote, bytes);
-  }
-
-  // Copies `bytes` from address `src` in the peer's memory (single-copy paths; only used when
-  // the communicator found cross-memory attach working between every pair): by plain loads
-  // where view() allows, else by cross-memory attach.
-  Status read_remote(void* dst, uint64_t src, size_t bytes, const RegionRef& region = {}) {
-    if (const char* v = view(region, src, bytes)) {
-      if (bytes) std::memmove(dst, v, bytes);
-      return {};
-    }
-    return read_process_memory(info_->pid, false, dst, src, bytes).with_context([&] {
-      return detail::cat("single-copy read from ", info_->describe());
-    });
-  }
-
-  // Copies `bytes` from `src` here to address `dst` in the peer's memory (same conditions).
-  // Plain stores stream past the cache when `stream` is set (the caller fences before telling
-  // the peer).
-  Status write_remote(uint64_t dst, const void* src, size_t bytes, const RegionRef& region = {}, bool stream = false) {
-    if (char* v = view(region, dst, bytes)) {
-      copy_bytes(v, src, bytes, stream);
-      return {};
-    }
-    return write_process_memory(info_->pid, false, dst, src, bytes).with_context([&] {
-      return detail::cat("single-copy write to ", info_->describe());
-    });
-  }
+  // The peer's memory, for the single-copy paths (prims/peer_memory.hpp).
+  PeerMemory& memory() { return memory_; }
 
   // How long a wait on this peer spins before it yields: briefly when a proxy thread on this
   // host moves the data, since spinning takes the CPU from the thread it waits for.
@@ -262,29 +223,10 @@ class PeerPort {
                       " has destroyed its communicator (or closed its connection) while this rank still ",
                       sending ? "sends to it" : "expects data from it");
   }
-  // A wait that has stalled for a while asks which call the peer is in. If the peer is in,
-  // or has just made, the call of this number with other arguments (a root, say), the ranks'
-  // calls differ, which no slot may ever show (ranks that only wait on each other): kAborted,
-  // naming both. A peer merely ahead (it finished its part; the data is on its way) or behind
-  // proves nothing, and the wait goes on.
+  // A wait that has stalled for a while asks which call the peer is in (core/abort.hpp).
   Status diagnose_stall(bool sending) const {
-    if (!directory_) return {};
-    const auto peer = directory_->call_of(info_->rank, std::chrono::milliseconds(300));
-    if (!peer) return {};
-    const CallStamp& mine = *call_;
-    const uint64_t my_seq = mine.a >> 32;
-    auto collective = [](const CallStamp& s) {
-      return s.a != 0 && (s.a & 15u) != static_cast<uint64_t>(OpKind::kPointToPoint) + 1;
-    };
-    for (const CallStamp& theirs : {peer->stamp, peer->previous}) {
-      if (!collective(theirs) || (theirs.a >> 32) != my_seq || theirs == mine) continue;
-      return make_error(
-          ErrorCode::kAborted, "rank ", info_->rank, theirs == peer->stamp && peer->in_call ? " is in " : " made ",
-          describe(theirs, true), " while rank ", self_rank_, " waits in ", describe(mine, true), " for ",
-          sending ? "room at it" : "data from it", " (", info_->describe(),
-          "): every rank must make the same calls, in the same order, with the same types, ops, counts and roots");
-    }
-    return {};
+    return directory_ ? stalled_on_other_call(*directory_, info_->rank, info_->describe(), self_rank_, *call_, sending)
+                      : Status{};
   }
   Status timeout_error(bool sending) const {
     return make_error(ErrorCode::kTimeout, "no progress for ", config_->timeout.count(), " ms waiting for ",
@@ -354,11 +296,10 @@ class PeerPort {
   const PeerInfo* info_;
   const AbortState* abort_;
   const Config* config_;
-  bool same_process_;
+  PeerMemory memory_;
   const CallStamp* call_;
   int self_rank_;
   CallDirectory* directory_;
-  std::unique_ptr<RemoteRegions> regions_;  // the peer's allocations mapped here, made on first use
 };
 
 DCOMM_NAMESPACE_END

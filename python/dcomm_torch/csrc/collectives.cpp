@@ -38,7 +38,6 @@ std::optional<DataType> reduction_type(at::ScalarType s) {
   }
 }
 
-
 // gather's outputs and scatter's inputs at the root: one list of n tensors, each of the size and
 // dtype of `like` (the other side of the call).
 std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& lists, int n, const at::Tensor& like,
@@ -50,7 +49,6 @@ std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& li
                 " tensor must match the size and dtype of the ", std::string(role) == "input" ? "output" : "input");
   return lists[0];
 }
-
 
 }  // namespace
 
