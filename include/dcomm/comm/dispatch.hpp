@@ -1,6 +1,8 @@
 // The one dispatch from a collective to the algorithm that runs it on the host:
 // dispatch_collective finds the call's shape, the choice (comm/algorithm_choice.hpp, or a
-// forced algorithm) picks an Algorithm, and run_algorithm runs it over the links. Rings, chains and trees run over positions in the ring order (comm/facts.hpp);
+// forced algorithm) picks an Algorithm, and run_algorithm, the one place that makes the
+// executors, runs it over the links (core/algorithms.hpp lists which algorithm runs which
+// collective). Rings, chains and trees run over positions in the ring order (comm/facts.hpp);
 // a block of reduce_scatter / all_gather belongs to the rank at its position.
 #pragma once
 

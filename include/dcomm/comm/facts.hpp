@@ -91,9 +91,10 @@ struct FactsContext {
 
 // Collected through the store: whether single copy works (every rank on this host, over shared
 // memory or threads, and able to read every other; each rank probes its peers), whether every
-// link lands rendezvous payloads (the ring then moves pieces by rendezvous), the NUMA node
-// and device place of each rank (the ring order groups by them; config.device) and the most ranks per core on any host (the cost
-// model's link parameters depend on it). Hosts must be numbered first (number_hosts).
+// link lands rendezvous payloads (the ring then moves pieces by rendezvous), the NUMA node and
+// device place of each rank (the ring order groups by them; Config::device) and the most ranks
+// per core on any host (the cost model's link parameters depend on it). Hosts must be numbered
+// first (number_hosts).
 inline Status agree_facts(SetupFacts& f, const FactsContext& c) {
   const int size = static_cast<int>(c.peers.size());
   if (size < 2) {
