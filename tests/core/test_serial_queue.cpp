@@ -43,3 +43,27 @@ TEST_CASE("serial queue: submission order, one job at a time, inline only when i
   REQUIRE(order.size() == 50);
   for (int k = 0; k < 50; ++k) CHECK(order[static_cast<size_t>(k)] == k);
 }
+
+// After stop(), the queue still takes jobs: a queued one starts a new worker, which runs every
+// later one too (a worker that had exited must not be mistaken for a live one).
+TEST_CASE("serial queue: jobs after stop() still run") {
+  SerialQueue q;
+  std::atomic<int> ran{0};
+  q.stop();  // nothing to stop
+  for (int round = 0; round < 3; ++round) {
+    std::promise<void> release;
+    std::shared_future<void> gate = release.get_future().share();
+    CHECK_FALSE(q.submit([gate] { gate.wait(); }, false));
+    CHECK_FALSE(q.submit([&] { ++ran; }, true));  // the worker is busy: queued
+    release.set_value();
+    q.stop();
+    CHECK(ran.load() == round + 1);
+  }
+  // Two jobs one after the other once stopped: the worker the first starts must stay for the
+  // second.
+  for (int k = 0; k < 2; ++k) {
+    std::promise<void> done;
+    CHECK_FALSE(q.submit([&] { done.set_value(); }, false));
+    CHECK(done.get_future().wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  }
+}

@@ -44,7 +44,7 @@ class SerialQueue {
   // jobs, which a caller that drives its queue from one thread may rely on without a lock.
   bool worker_started() const { return started_.load(std::memory_order_acquire); }
 
-  // Runs what is queued, then ends the worker.
+  // Runs what is queued, then ends the worker. A job submitted later starts a new one.
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -52,6 +52,8 @@ class SerialQueue {
     }
     cv_.notify_all();
     if (worker_.joinable()) worker_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = false;
   }
 
  private:
