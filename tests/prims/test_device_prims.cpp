@@ -272,7 +272,7 @@ TEST_CASE("a device wait with no deadline polls past the poll counter's wrap and
   ctl.timeout_ns = 0;  // no deadline: the count runs as long as the wait does
   std::thread raiser([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    abort_flag = 1;
+    __atomic_store_n(&abort_flag, 1, __ATOMIC_RELEASE);  // as DeviceCommunicator::abort raises it
   });
   // Starting 1000 polls before the wrap: the count wraps during the wait (a signed counter
   // would overflow there), and the abort still ends it.
