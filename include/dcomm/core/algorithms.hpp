@@ -2,6 +2,8 @@
 // DCOMM_ALGO forces them by (and logs print), and which collectives each runs.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -92,10 +94,20 @@ inline constexpr AlgorithmFor kAlgorithmsFor[] = {
     {OpKind::kReduce, Algorithm::kTree},
     {OpKind::kReduce, Algorithm::kOrdered},
 };
-constexpr bool runs(Algorithm a, OpKind k) {
+namespace detail {
+// The list as one bit per algorithm for each collective, made at compile time: the dispatch asks
+// on every call.
+static_assert(static_cast<unsigned>(Algorithm::kOrdered) < 32, "one bit per algorithm in an unsigned");
+constexpr std::array<unsigned, kNumOpKinds> algorithms_by_kind() {
+  std::array<unsigned, kNumOpKinds> bits{};
   for (const AlgorithmFor& f : kAlgorithmsFor)
-    if (f.kind == k && f.algorithm == a) return true;
-  return false;
+    bits[static_cast<size_t>(f.kind)] |= 1u << static_cast<unsigned>(f.algorithm);
+  return bits;
+}
+inline constexpr std::array<unsigned, kNumOpKinds> kAlgorithmsByKind = algorithms_by_kind();
+}  // namespace detail
+constexpr bool runs(Algorithm a, OpKind k) {
+  return ((detail::kAlgorithmsByKind[static_cast<size_t>(k)] >> static_cast<unsigned>(a)) & 1u) != 0;
 }
 
 // The collectives DCOMM_ALGO can force an algorithm for, in OpKind order.
