@@ -17,6 +17,7 @@ struct PeerInfo {
   std::string host_id;  // equal for ranks that can share memory (same machine, IPC and net namespace)
   int pid = 0;
   std::string address;      // host:port this rank's mesh listener accepts on
+  std::string spare;        // host:port held for a store this rank may serve later (a shrink's)
   uint64_t process_id = 0;  // unique per process (threads as ranks share it)
   uint64_t probe_addr = 0;  // where this process keeps its cross-memory-attach probe word
   bool rdma = false;        // the host has an RDMA device (/sys/class/infiniband)

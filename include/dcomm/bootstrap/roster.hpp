@@ -62,13 +62,13 @@ inline bool has_rdma_device() {
 
 inline std::string serialize(const PeerInfo& p) {
   return cat(p.rank, "\n", p.hostname, "\n", p.host_id, "\n", p.pid, "\n", p.address, "\n", p.process_id, "\n",
-             p.probe_addr, "\n", p.rdma ? 1 : 0, "\n", p.built, "\n");
+             p.probe_addr, "\n", p.rdma ? 1 : 0, "\n", p.built, "\n", p.spare, "\n");
 }
-// A roster entry another rank published: nine lines, each checked (a rank that published
+// A roster entry another rank published: ten lines, each checked (a rank that published
 // garbage is named, it does not crash this one).
 inline Result<PeerInfo> deserialize(const std::string& text) {
   std::istringstream in(text);
-  std::string line[9];
+  std::string line[10];
   for (auto& l : line)
     if (!std::getline(in, l)) return make_error(ErrorCode::kInternal, "a roster entry with too few lines");
   auto number = [](const std::string& t, unsigned long long max, unsigned long long* out) {
@@ -87,12 +87,12 @@ inline Result<PeerInfo> deserialize(const std::string& text) {
     return make_error(ErrorCode::kInternal, "an unreadable roster entry");
   p.rank = static_cast<int>(rank), p.pid = static_cast<int>(pid), p.process_id = process, p.probe_addr = probe;
   p.rdma = rdma == 1, p.built = static_cast<int>(built);
-  p.hostname = line[1], p.host_id = line[2], p.address = line[4];
+  p.hostname = line[1], p.host_id = line[2], p.address = line[4], p.spare = line[9];
   return p;
 }
 }  // namespace detail
 
-inline PeerInfo make_self_info(int rank, const std::string& listen_address) {
+inline PeerInfo make_self_info(int rank, const std::string& listen_address, const std::string& spare = {}) {
   PeerInfo p;
   char host[256] = {};
   gethostname(host, sizeof host - 1);
@@ -101,6 +101,7 @@ inline PeerInfo make_self_info(int rank, const std::string& listen_address) {
   p.host_id = detail::this_host_id();
   p.pid = static_cast<int>(getpid());
   p.address = listen_address;
+  p.spare = spare;
   p.process_id = detail::this_process_id();
   p.probe_addr = reinterpret_cast<uint64_t>(&detail::cma_probe_word());
   p.rdma = detail::has_rdma_device();

@@ -116,18 +116,29 @@ inline Result<sockaddr_storage> resolve(const SocketAddress& addr, socklen_t* le
 }
 }  // namespace detail
 
-inline Result<Socket> listen_on(const SocketAddress& addr) {
+// Bound to addr and not listening yet: a port held for later, which refuses connections until
+// start_listening() (a successor's store: comm/membership.hpp).
+inline Result<Socket> bind_to(const SocketAddress& addr) {
   socklen_t len = 0;
   auto ss = detail::resolve(addr, &len);
   if (!ss.ok()) return ss.status();
-  Socket s(::socket(ss->ss_family, SOCK_STREAM, 0));
+  Socket s(::socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s.valid()) return errno_status("socket");
   int one = 1;
   setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&*ss), len) != 0)
     return errno_status(detail::cat("bind to ", addr.to_string()).c_str());
+  return s;
+}
+inline Status start_listening(const Socket& s) {
   if (::listen(s.fd(), 4096) != 0) return errno_status("listen");
   detail::tune_socket(s.fd());
+  return {};
+}
+inline Result<Socket> listen_on(const SocketAddress& addr) {
+  auto s = bind_to(addr);
+  if (!s.ok()) return s.status();
+  DCOMM_RETURN_IF_ERROR(start_listening(*s));
   return s;
 }
 

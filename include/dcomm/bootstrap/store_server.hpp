@@ -51,8 +51,14 @@ class StoreServer {
   static Result<std::shared_ptr<StoreServer>> start(const SocketAddress& addr, StoreAccess access, StoreLimits limits) {
     auto listener = listen_on(addr);
     if (!listener.ok()) return listener.status().with_context(detail::cat("rendezvous store on ", addr.to_string()));
-    auto server = std::shared_ptr<StoreServer>(new StoreServer(std::move(*listener), std::move(access), limits));
-    server->address_ = {addr.host, bound_port(server->listener_.fd())};
+    return start(std::move(*listener), addr.host, std::move(access), limits);
+  }
+  // On a socket bound earlier (bind_to), listening from now on; `host` is what clients dial.
+  static Result<std::shared_ptr<StoreServer>> start(Socket bound, const std::string& host, StoreAccess access,
+                                                    StoreLimits limits) {
+    DCOMM_RETURN_IF_ERROR(start_listening(bound).with_context(detail::cat("rendezvous store on ", host)));
+    auto server = std::shared_ptr<StoreServer>(new StoreServer(std::move(bound), std::move(access), limits));
+    server->address_ = {host, bound_port(server->listener_.fd())};
     server->thread_ = std::thread([s = server.get()] { s->serve(); });
     return server;
   }

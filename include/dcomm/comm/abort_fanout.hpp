@@ -3,6 +3,11 @@
 // process's registry of communicators by their store prefix. The same registry tells which call
 // a thread-rank is in, for a wait on it that stalls (CallDirectory); other processes are asked
 // over the control sockets.
+//
+// The fan-out reaches the calls; a rank still setting up a lazy link waits in the store, for a key
+// the aborting rank will never publish. So the rank that aborts also writes its reason under the
+// communicator's abort key, which every store wait of the communicator watches: those waits end
+// at once too.
 #pragma once
 
 #include <chrono>
@@ -11,9 +16,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dcomm/bootstrap/peer_info.hpp"
+#include "dcomm/bootstrap/store.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
@@ -44,7 +51,12 @@ class AbortFanout final : public CallDirectory {
     joined_ = true;
   }
   ~AbortFanout() override { leave(); }
+  // Where an abort's reason goes for the waits in the store (StoreClient::set_abort_key).
+  void tell_store(SocketAddress at, StoreAccess access, std::string abort_key) {
+    store_at_ = std::move(at), access_ = std::move(access), abort_key_ = std::move(abort_key);
+  }
   void leave() {
+    if (notice_.joinable()) notice_.join();
     if (!joined_) return;
     joined_ = false;
     std::lock_guard<std::mutex> lock(detail::local_groups().mu);
@@ -59,6 +71,13 @@ class AbortFanout final : public CallDirectory {
   void fan_out(const Status& why) const {
     DCOMM_LOG(kWarn, kSubsysInit, rank_, "communicator aborted: ", why.message());
     if (proxy_) proxy_->broadcast_abort(why);
+    if (!abort_key_.empty() && !notice_.joinable())
+      notice_ =
+          std::thread([this, text = detail::cat(self().describe(), " aborted the communicator: ", why.message())] {
+            // A store that is gone (its rank died) has no waits left to end.
+            auto store = StoreClient::connect(store_at_, std::chrono::seconds(1), access_);
+            if (store.ok()) (*store)->set(abort_key_, text).ignore();
+          });
     std::vector<std::shared_ptr<AbortState>> local;
     {
       std::lock_guard<std::mutex> lock(detail::local_groups().mu);
@@ -92,6 +111,10 @@ class AbortFanout final : public CallDirectory {
   const std::vector<PeerInfo>* peers_ = nullptr;
   Proxy* proxy_ = nullptr;
   bool joined_ = false;
+  SocketAddress store_at_;
+  StoreAccess access_;
+  std::string abort_key_;
+  mutable std::thread notice_;  // writes the abort key (fan_out is called once: AbortState's first abort)
 };
 
 DCOMM_NAMESPACE_END

@@ -40,6 +40,7 @@
 #include "dcomm/comm/facts.hpp"
 #include "dcomm/comm/link_table.hpp"
 #include "dcomm/comm/links.hpp"
+#include "dcomm/comm/membership.hpp"
 #include "dcomm/comm/op.hpp"
 #include "dcomm/comm/tuning.hpp"
 #include "dcomm/comm/work.hpp"
@@ -61,7 +62,7 @@ template <class S, class R>
 concept SameElement = std::same_as<std::remove_const_t<S>, R>;
 }  // namespace detail
 
-class Communicator : public ExchangeCalls<Communicator> {
+class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<Communicator> {
  public:
   // ---- creation -------------------------------------------------------------------------
   // From the launcher's environment: torchrun, mpirun (OpenMPI) or srun (Slurm); see
@@ -130,27 +131,6 @@ class Communicator : public ExchangeCalls<Communicator> {
     return comms;
   }
 
-  // MPI_Comm_split / ncclCommSplit: collective over this communicator. Ranks with the same
-  // color form a new communicator, ordered by (key, old rank). A negative color joins
-  // none and yields a null pointer.
-  Result<std::unique_ptr<Communicator>> split(int color, int key) {
-    int32_t mine[2] = {color, key};
-    std::vector<int32_t> all(2 * static_cast<size_t>(size_));
-    Status s = all_gather(mine, all.data(), 2, DataType::kInt32);
-    if (!s.ok()) return s.with_context("split");
-    int seq = split_count_++;
-    if (color < 0) return std::unique_ptr<Communicator>();
-    std::vector<std::pair<int, int>> members;  // (key, old rank)
-    for (int r = 0; r < size_; ++r)
-      if (all[2 * static_cast<size_t>(r)] == color) members.emplace_back(all[2 * static_cast<size_t>(r) + 1], r);
-    std::sort(members.begin(), members.end());
-    int new_rank =
-        static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
-    std::string prefix = detail::cat(prefix_, "s", seq, "c", color);
-    return create(new_rank, static_cast<int>(members.size()), store_->server_address(), prefix, config_, server_,
-                  access_);
-  }
-
   ~Communicator() {
     executor_.shutdown();
     // A clean goodbye only from a healthy communicator: after an abort, peers must learn the
@@ -214,10 +194,8 @@ class Communicator : public ExchangeCalls<Communicator> {
     return {links_.staging_bytes(false) + scratch_.capacity(), links_.staging_bytes(true), suspended_};
   }
   // Aborts this communicator on every rank: pending and later calls fail with `why`.
-  void abort(const std::string& why) {
-    abort_->abort(make_error(ErrorCode::kAborted, "rank ", rank_, " called abort(): ", why));
-    if (auto* proxy = transports_.proxy.get()) proxy->wait_abort_sent(std::chrono::seconds(1));  // the reason first
-  }
+  void abort(const std::string& why) { abort_now(detail::cat("rank ", rank_, " called abort(): ", why)); }
+  // Split, revoke, shrink and grow: comm/membership.hpp.
 
   // ---- collectives, raw form (counts in elements; the exchanges: comm/exchange_calls.hpp) --
   Status all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
@@ -322,7 +300,14 @@ class Communicator : public ExchangeCalls<Communicator> {
   }
 
  private:
+  friend class MembershipCalls<Communicator>;
   Communicator() = default;
+
+  void abort_now(const std::string& message) {
+    // The reason first, when this is the abort that tells the peers (not one after an earlier).
+    if (abort_->abort(make_error(ErrorCode::kAborted, message)))
+      if (auto* proxy = transports_.proxy.get()) proxy->wait_abort_sent(std::chrono::seconds(1));
+  }
 
   static Status size_error(const char* op, size_t send, size_t recv) {
     return invalid_argument(op, ": the send span implies ", send, " elements but the receive span has ", recv);
@@ -369,7 +354,9 @@ class Communicator : public ExchangeCalls<Communicator> {
     // The mesh listens on the address it publishes, not on every interface.
     auto listener = listen_on({ip, 0});
     if (!listener.ok()) return listener.status();
-    PeerInfo self = make_self_info(rank, detail::cat(ip, ":", bound_port(listener->fd())));
+    auto spare = hold_spare_port(ip);
+    if (!spare.ok()) return spare.status();
+    PeerInfo self = make_self_info(rank, detail::cat(ip, ":", bound_port(listener->fd())), *spare);
     auto peers = exchange_roster(*store_, prefix, size, self);
     if (!peers.ok()) return peers.status();
     peers_ = std::move(*peers);
@@ -392,6 +379,7 @@ class Communicator : public ExchangeCalls<Communicator> {
     links_.init({rank_, &peers_, &kinds_, &config_, store_.get(), prefix_, abort_, &call_stamp_, &fanout_},
                 transports_.table(rank_, kinds_));
     fanout_.join(prefix_, rank_, &peers_, abort_, transports_.proxy.get());
+    fanout_.tell_store(store_->server_address(), access_, store_->abort_key());
     abort_->set_hook([this](const Status& why) { fanout_.fan_out(why); });
     // The ring neighbours are connected now, so setup problems (a full /dev/shm) surface here.
     const int next = facts_.at_position(facts_.pos + 1), prev = facts_.at_position(facts_.pos - 1);
@@ -505,7 +493,6 @@ class Communicator : public ExchangeCalls<Communicator> {
   SetupFacts facts_;           // what the ranks agreed at set-up (comm/facts.hpp)
   LinkTable links_;            // the links to the peers (comm/link_table.hpp)
   AbortFanout fanout_;         // how an abort reaches every rank, and who is in which call (comm/abort_fanout.hpp)
-  int split_count_ = 0;
   bool suspended_ = false;
   int epoch_ = 0;                     // suspensions so far: later links connect under a new key prefix
   std::vector<int> dropped_;          // the links suspend() released, for resume()

@@ -113,6 +113,8 @@ class Executor {
 
   Work submit(std::function<Status()> fn) { return start(std::move(fn), /*inline_ok=*/false); }
 
+  // Calls queued or running on the worker.
+  size_t in_flight() const { return queue_.pending(); }
   // Finishes what is queued and stops the worker.
   void shutdown() { queue_.stop(); }
 

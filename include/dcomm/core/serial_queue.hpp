@@ -44,6 +44,12 @@ class SerialQueue {
   // jobs, which a caller that drives its queue from one thread may rely on without a lock.
   bool worker_started() const { return started_.load(std::memory_order_acquire); }
 
+  // Jobs queued or running.
+  size_t pending() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return jobs_.size() + (busy_ ? 1 : 0);
+  }
+
   // Runs what is queued, then ends the worker. A job submitted later starts a new one.
   void stop() {
     {
@@ -78,7 +84,7 @@ class SerialQueue {
     cv_.notify_all();
   }
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   bool busy_ = false;

@@ -55,6 +55,7 @@ class Proxy {
         wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
     controls_.resize(peers_.size());
     last_heard_ = std::vector<std::atomic<long long>>(peers_.size());
+    lost_ = std::vector<std::atomic<bool>>(peers_.size());
     queries_.resize(peers_.size());
   }
   ~Proxy() {
@@ -153,6 +154,13 @@ class Proxy {
   };
 
  public:
+  // Peers whose control connection closed without a goodbye: they died, or their host went.
+  std::vector<int> lost_peers() const {
+    std::vector<int> lost;
+    for (size_t p = 0; p < lost_.size(); ++p)
+      if (lost_[p].load(std::memory_order_acquire)) lost.push_back(static_cast<int>(p));
+    return lost;
+  }
   // Peers in other processes from which nothing (heartbeats included) has come for `silence`:
   // stopped, hung, or their host gone (the communicator's timeout names these).
   std::vector<std::pair<int, long long>> stale_peers(std::chrono::milliseconds silence) const {
@@ -321,6 +329,7 @@ class Proxy {
         std::string why = detail::cat("peer ", peers_[p].describe(),
                                       " died or closed its connection without destroying its communicator");
         DCOMM_LOG(kWarn, kSubsysProxy, rank_, why);
+        lost_[p].store(true, std::memory_order_release);
         abort_->abort(make_error(ErrorCode::kPeerFailure, why));
       }
     }
@@ -404,6 +413,7 @@ class Proxy {
   int wake_fd_;
   std::vector<Control> controls_;
   std::vector<std::atomic<long long>> last_heard_;  // by peer: when its control socket last spoke (0: no socket)
+  std::vector<std::atomic<bool>> lost_;             // by peer: its control socket closed without a goodbye
   long long last_beat_ = 0;
   struct Query {
     bool wanted = false;   // a rank thread asks; the proxy sends the question
