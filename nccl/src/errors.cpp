@@ -65,6 +65,10 @@ DCOMM_NCCL_API ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t
   if (ncclResult_t r = check_comm(comm, "ncclCommGetAsyncError"); r != ncclSuccess) return r;
   if (!asyncError) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
   const int state = comm->state.load();
+  if (state == ncclSuccess && comm->revoked.load()) {  // quiescent once its calls have ended (NCCL 2.30)
+    *asyncError = comm->in_calls.load() > 0 ? ncclInProgress : ncclSuccess;
+    return ncclSuccess;
+  }
   if (state != ncclSuccess) {
     *asyncError = static_cast<ncclResult_t>(state);
     if (state != ncclInProgress) t_last_error = comm->state_error;

@@ -134,6 +134,7 @@ struct ncclComm {
   std::mutex creator_mu;
   std::atomic<int> async{ncclSuccess};  // the first failure that ended the communicator
   std::atomic<int> in_calls{0};
+  std::atomic<bool> revoked{false};  // ncclCommRevoke: ncclCommGetAsyncError says ncclInProgress until no call runs
   std::mutex mu;
   std::vector<dcomm_nccl::PreMulSum> premul;                // op ncclNumOps + i
   int rma_contexts = 1;                                     // ncclConfig_t.numRmaCtx

@@ -131,6 +131,20 @@ Result<UniqueId> unpack_id(const ncclUniqueId& in) {
   return id;
 }
 
+// Rank `rank` of a new communicator of `nranks` on this thread's CUDA device: at init, or a new
+// process joining a grow (ncclCommGrow with comm NULL).
+ncclResult_t start_rank(ncclComm_t* out, const Options& opt, int nranks, const UniqueId& id, int rank, bool joins) {
+  const int device = current_device();
+  return start_creation(
+      out, opt, device,
+      [rank, nranks, id, joins, bus_id = pci_address(device)]() -> Result<std::unique_ptr<Communicator>> {
+        auto config = Config::from_env();
+        if (!config.ok()) return config.status();
+        config->device = bus_id;
+        return joins ? Communicator::join(rank, nranks, id, *config) : Communicator::init(rank, nranks, id, *config);
+      });
+}
+
 ncclResult_t init_rank(ncclComm_t* comm, int nranks, const ncclUniqueId& commId, int rank, ncclConfig_t* config,
                        const char* what) {
   if (!comm) return fail(ncclInvalidArgument, what, ": comm is NULL");
@@ -142,15 +156,7 @@ ncclResult_t init_rank(ncclComm_t* comm, int nranks, const ncclUniqueId& commId,
   if (ncclResult_t r = read_config(config, &opt); r != ncclSuccess) return r;
   auto id = unpack_id(commId);
   if (!id.ok()) return fail(id.status());
-  const int device = current_device();
-  return start_creation(
-      comm, opt, device,
-      [rank, nranks, id = *id, bus_id = pci_address(device)]() -> Result<std::unique_ptr<Communicator>> {
-        auto config = Config::from_env();
-        if (!config.ok()) return config.status();
-        config->device = bus_id;
-        return Communicator::init(rank, nranks, id, *config);
-      });
+  return start_rank(comm, opt, nranks, *id, rank, /*joins=*/false);
 }
 
 }  // namespace
@@ -253,28 +259,90 @@ DCOMM_NCCL_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, 
   return s.ok() ? ncclSuccess : record(comm, s);
 }
 
-// Shrink, revoke and grow come with fault tolerance (docs/nccl.md); until then each says so.
+// Revoke, shrink and grow: the host communicator's (comm/membership.hpp); a device communicator
+// is made over the new one as at init, and the parent's kernels end through its watchdog.
 namespace {
-ncclResult_t not_yet(const char* what, const char* instead) {
-  return fail(ncclInvalidUsage, what, " is not supported by dcomm yet (", instead, ")");
+Options options_of(ncclComm* comm) {
+  Options opt;
+  opt.blocking = comm->blocking;
+  opt.rma_contexts = comm->rma_contexts;
+  return opt;
 }
 }  // namespace
 
-DCOMM_NCCL_API ncclResult_t pncclCommShrink(ncclComm_t, int*, int, ncclComm_t* newcomm, ncclConfig_t*, int) {
-  if (newcomm) *newcomm = nullptr;
-  return not_yet("ncclCommShrink", "split with NCCL_SPLIT_NOCOLOR instead");
+DCOMM_NCCL_API ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  if (ncclResult_t r = usable(comm, "ncclCommRevoke"); r != ncclSuccess) return r;
+  if (revokeFlags != NCCL_REVOKE_DEFAULT)
+    return fail(ncclInvalidArgument, "ncclCommRevoke: revokeFlags ", revokeFlags, " is not NCCL_REVOKE_DEFAULT (0)");
+  comm->host->revoke();
+  comm->revoked.store(true);
+  return ncclSuccess;
 }
 
-DCOMM_NCCL_API ncclResult_t pncclCommRevoke(ncclComm_t, int) { return not_yet("ncclCommRevoke", "use ncclCommAbort"); }
-
-DCOMM_NCCL_API ncclResult_t pncclCommGetUniqueId(ncclComm_t, ncclUniqueId*) {
-  return not_yet("ncclCommGetUniqueId", "create a new communicator with ncclGetUniqueId");
+DCOMM_NCCL_API ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                            ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  if (ncclResult_t r = usable(comm, "ncclCommShrink"); r != ncclSuccess) return r;
+  if (!newcomm) return fail(ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
+  *newcomm = nullptr;
+  if (excludeRanksCount < 0 || (excludeRanksCount > 0 && !excludeRanksList))
+    return fail(ncclInvalidArgument, "ncclCommShrink: ", excludeRanksCount, " excluded ranks at ",
+                static_cast<void*>(excludeRanksList));
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
+    return fail(ncclInvalidArgument, "ncclCommShrink: shrinkFlags ", shrinkFlags,
+                " is neither NCCL_SHRINK_DEFAULT nor NCCL_SHRINK_ABORT");
+  Options opt = options_of(comm);
+  if (ncclResult_t r = read_config(config, &opt); r != ncclSuccess) return r;
+  std::vector<int> excluded(excludeRanksList, excludeRanksList + excludeRanksCount);
+  const ShrinkMode mode = shrinkFlags == NCCL_SHRINK_ABORT ? ShrinkMode::kAbort : ShrinkMode::kDefault;
+  // Default mode: a call still running on this rank (a non-blocking comm's) is refused at once.
+  if (mode == ShrinkMode::kDefault && comm->in_calls.load() > 0)
+    return fail(ncclInvalidUsage,
+                "ncclCommShrink: a call is still in flight on this comm; wait for it, or pass "
+                "NCCL_SHRINK_ABORT");
+  return start_creation(newcomm, opt, comm->cuda_device, [comm, excluded, mode] {
+    InCall in(comm);
+    return comm->host->shrink(excluded, mode);
+  });
 }
 
-DCOMM_NCCL_API ncclResult_t pncclCommGrow(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t* newcomm,
-                                          ncclConfig_t*) {
-  if (newcomm) *newcomm = nullptr;
-  return not_yet("ncclCommGrow", "create a new communicator with ncclGetUniqueId");
+DCOMM_NCCL_API ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
+  if (ncclResult_t r = usable(comm, "ncclCommGetUniqueId"); r != ncclSuccess) return r;
+  if (!uniqueId) return fail(ncclInvalidArgument, "ncclCommGetUniqueId: uniqueId is NULL");
+  auto id = comm->host->grow_id();
+  if (!id.ok()) return record(comm, id.status().with_context("ncclCommGetUniqueId"));
+  pack_id(*id, uniqueId);
+  return ncclSuccess;
+}
+
+// Existing ranks: comm, rank -1, the id on the one that made it (NULL elsewhere). New ranks: comm
+// NULL, the id, their rank (from the old size up).
+DCOMM_NCCL_API ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                                          ncclComm_t* newcomm, ncclConfig_t* config) {
+  if (!newcomm) return fail(ncclInvalidArgument, "ncclCommGrow: newcomm is NULL");
+  *newcomm = nullptr;
+  std::optional<UniqueId> id;
+  if (uniqueId) {
+    auto unpacked = unpack_id(*uniqueId);
+    if (!unpacked.ok()) return fail(unpacked.status().with_context("ncclCommGrow"));
+    id = *unpacked;
+  }
+  if (comm) {
+    if (ncclResult_t r = usable(comm, "ncclCommGrow"); r != ncclSuccess) return r;
+    if (rank != -1)
+      return fail(ncclInvalidArgument, "ncclCommGrow: rank ", rank, " on an existing rank (pass -1: it keeps its own)");
+    Options opt = options_of(comm);
+    if (ncclResult_t r = read_config(config, &opt); r != ncclSuccess) return r;
+    return start_creation(newcomm, opt, comm->cuda_device, [comm, nRanks, id] {
+      InCall in(comm);
+      return comm->host->grow(nRanks, id ? &*id : nullptr);
+    });
+  }
+  if (!id) return fail(ncclInvalidArgument, "ncclCommGrow: a new rank (comm NULL) needs the uniqueId");
+  if (rank < 0 || rank >= nRanks)
+    return fail(ncclInvalidArgument, "ncclCommGrow: rank ", rank, " is out of range for ", nRanks, " ranks");
+  Options opt;
+  if (ncclResult_t r = read_config(config, &opt); r != ncclSuccess) return r;
+  return start_rank(newcomm, opt, nRanks, *id, rank, /*joins=*/true);
 }
 
 DCOMM_NCCL_API ncclResult_t pncclCommFinalize(ncclComm_t comm) {

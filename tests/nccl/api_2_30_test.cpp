@@ -4,8 +4,7 @@
 // NCCL variables it honours; windows (the user pointer, this rank's device-API pointer, a
 // peer's refused by name); ncclCommQueryProperties written only as far as its size says; the
 // device API's teams; memory statistics; suspend and resume (blocking on two ranks, and
-// non-blocking); a non-blocking call failing in the background; and the calls dcomm does not
-// back yet answering ncclInvalidUsage by name. `device`: windows on device memory (GPU check).
+// non-blocking); a non-blocking call failing in the background; shrink, revoke and grow. `device`: windows on device memory (GPU check).
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -271,11 +270,71 @@ void windows_and_device_api() {
       CHECK(ncclCommWindowDeregister(c, win) == ncclSuccess, "deregister");
     });
   for (auto& t : pair) t.join();
-  ncclUniqueId id;
-  CHECK(ncclCommGetUniqueId(comms[0], &id) == ncclInvalidUsage && says("ncclCommGetUniqueId"), "comm unique id");
-  ncclComm_t grown = comms[0];
-  CHECK(ncclCommGrow(comms[0], 3, nullptr, -1, &grown, nullptr) == ncclInvalidUsage && grown == nullptr, "grow");
   for (ncclComm_t c : comms) ncclCommDestroy(c);
+}
+
+// Runs body(i) on a thread each, i < n.
+template <class F>
+void on_threads(int n, F body) {
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { body(i); });
+  for (auto& t : threads) t.join();
+}
+
+// Every member sends (its rank in `c` + 1) * base: the sum is exact.
+void check_sum(ncclComm_t c, int n, float base, const char* what) {
+  int rank = -1, count = 0;
+  ncclCommUserRank(c, &rank);
+  ncclCommCount(c, &count);
+  std::vector<float> x(1000, static_cast<float>(rank + 1) * base);
+  CHECK(count == n && ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, c, nullptr) == ncclSuccess,
+        "%s: all_reduce: %s", what, ncclGetLastError(c));
+  CHECK(x[999] == base * static_cast<float>(n * (n + 1) / 2), "%s: rank %d got %g", what, rank, x[999]);
+}
+
+// Shrink, revoke and grow on host memory, ranks as threads: 4 ranks shrink past rank 3 (which
+// never calls again, as if dead) in default mode; the 3 revoke, and shrink past their rank 0 in
+// abort mode; the 2 grow back to 3 through ncclCommGetUniqueId, a new rank joining with
+// ncclCommGrow(NULL, ...). Every step's communicator sums exactly; bad flags are refused.
+void shrink_revoke_grow() {
+  ncclComm_t four[4], three[3] = {}, two[2] = {}, grown[3] = {};
+  CHECK(ncclCommInitAll(four, 4, nullptr) == ncclSuccess, "ncclCommInitAll: %s", ncclGetLastError(nullptr));
+  int dead = 3;
+  ncclComm_t none = four[0];
+  CHECK(ncclCommShrink(four[0], &dead, 1, &none, nullptr, 2) == ncclInvalidArgument && none == nullptr &&
+            says("shrinkFlags 2"),
+        "unknown shrink flags: %s", ncclGetLastError(nullptr));
+  CHECK(ncclCommRevoke(four[0], 1) == ncclInvalidArgument && says("NCCL_REVOKE_DEFAULT"), "revoke flags");
+  on_threads(3, [&](int r) {
+    CHECK(ncclCommShrink(four[r], &dead, 1, &three[r], nullptr, NCCL_SHRINK_DEFAULT) == ncclSuccess,
+          "rank %d: shrink: %s", r, ncclGetLastError(nullptr));
+    check_sum(three[r], 3, 1.f, "after the shrink past rank 3");
+  });
+  CHECK(ncclCommRevoke(three[1], NCCL_REVOKE_DEFAULT) == ncclSuccess, "revoke: %s", ncclGetLastError(nullptr));
+  ncclResult_t state = ncclInProgress;
+  CHECK(ncclCommGetAsyncError(three[1], &state) == ncclSuccess && state == ncclSuccess, "revoked, quiescent: %d",
+        static_cast<int>(state));
+  float x = 1;
+  CHECK(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, three[2], nullptr) != ncclSuccess && says("revoked"),
+        "a call on a revoked comm: %s", ncclGetLastError(nullptr));
+  int first = 0;
+  on_threads(2, [&](int i) {
+    CHECK(ncclCommShrink(three[i + 1], &first, 1, &two[i], nullptr, NCCL_SHRINK_ABORT) == ncclSuccess,
+          "rank %d: shrink (abort): %s", i + 1, ncclGetLastError(nullptr));
+    check_sum(two[i], 2, 2.f, "after the shrink past rank 0");
+  });
+  ncclUniqueId id;
+  CHECK(ncclCommGetUniqueId(two[1], &id) == ncclSuccess, "ncclCommGetUniqueId: %s", ncclGetLastError(nullptr));
+  on_threads(3, [&](int r) {
+    ncclResult_t got = r < 2 ? ncclCommGrow(two[r], 3, r == 1 ? &id : nullptr, -1, &grown[r], nullptr)
+                             : ncclCommGrow(nullptr, 3, &id, 2, &grown[r], nullptr);
+    CHECK(got == ncclSuccess, "rank %d: grow: %s", r, ncclGetLastError(nullptr));
+    if (got == ncclSuccess) check_sum(grown[r], 3, 3.f, "after the grow");
+  });
+  for (ncclComm_t c : grown) ncclCommDestroy(c);
+  for (ncclComm_t c : two) ncclCommDestroy(c);
+  for (ncclComm_t c : three) ncclCommDestroy(c);
+  for (ncclComm_t c : four) ncclCommDestroy(c);
 }
 
 }  // namespace
@@ -398,6 +457,7 @@ int main(int argc, char** argv) {
   params();
   windows_and_device_api();
   background_failure();
+  shrink_revoke_grow();
   std::printf(failures ? "FAILED: %d\n" : "ok\n", failures);
   return failures ? 1 : 0;
 }
