@@ -1,6 +1,7 @@
 // Starts N local ranks of a program, as a one-host torchrun would: each child gets
 // DCOMM_RANK, DCOMM_WORLD_SIZE, DCOMM_LOCAL_RANK and a DCOMM_UNIQUE_ID whose store this process
-// serves. Used by dcomm-bench (when no launcher started it) and by the process tests.
+// serves. Used by dcomm-bench (when no launcher started it) and by the process tests. Or with
+// torchrun's own variables (torchrun_env: rank 0 serves the store), as dcomm-run starts them.
 #pragma once
 
 #include <signal.h>
@@ -8,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <thread>
@@ -78,6 +81,40 @@ inline Result<LocalRanks> spawn_local_ranks(const std::vector<std::string>& argv
   });
   if (procs.ok()) procs->store = detail::claim_store(id->address);
   return procs;
+}
+
+// What torchrun tells rank r of n on one host, with rank 0 serving the store on 127.0.0.1:port;
+// the secret (DCOMM_SECRET) authenticates the job's connections.
+inline std::vector<std::string> torchrun_env(int r, int n, int port, const std::string& secret) {
+  return {detail::cat("RANK=", r),
+          detail::cat("WORLD_SIZE=", n),
+          detail::cat("LOCAL_RANK=", r),
+          detail::cat("LOCAL_WORLD_SIZE=", n),
+          "MASTER_ADDR=127.0.0.1",
+          detail::cat("MASTER_PORT=", port),
+          "DCOMM_SECRET=" + secret,
+          "DCOMM_RANK=",
+          "DCOMM_UNIQUE_ID="};
+}
+
+// A port for a job's rendezvous on this host, taken below the kernel's ephemeral range: a port
+// the kernel hands out (listen on port 0, close, pass the number on) can be given to another
+// job's outgoing connection before this job binds it. Each call moves on, so jobs started one
+// after another never share a port; the pid spreads processes that start jobs side by side.
+inline Result<int> free_rendezvous_port() {
+  int low = 32768, high = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
+    std::fclose(f);
+  }
+  const int first = std::max(1024, low - 8000), range = low - first;
+  if (range <= 0) return make_error(ErrorCode::kOutOfResources, "no ports below the ephemeral range ", low);
+  static int next = static_cast<int>(getpid()) % range;
+  for (int tries = 0; tries < range; ++tries) {
+    const int port = first + (next++ % range);
+    if (listen_on({"127.0.0.1", port}).ok()) return port;
+  }
+  return make_error(ErrorCode::kOutOfResources, "no free port in [", first, ", ", low, ")");
 }
 
 // Waits for every child; after `timeout` kills the ones left and says which.
