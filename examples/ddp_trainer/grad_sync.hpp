@@ -39,7 +39,7 @@ class GradSync {
  public:
   GradSync(dcomm::Communicator& comm, std::vector<torch::Tensor> params, size_t bucket_bytes, torch::Dtype wire,
            bool overlap)
-      : comm_(comm), params_(std::move(params)), wire_(wire), overlap_(overlap) {
+      : comm_(&comm), params_(std::move(params)), wire_(wire), overlap_(overlap) {
     const size_t elem = torch::elementSize(wire);
     slot_.resize(params_.size());
     for (size_t k = params_.size(); k-- > 0;) {  // reverse order
@@ -58,12 +58,16 @@ class GradSync {
 
   size_t buckets() const { return buckets_.size(); }
 
-  // Every rank starts from rank 0's parameters.
-  void broadcast_parameters() {
+  // After a shrink (--elastic): the buckets' calls go to the survivors' communicator.
+  void use(dcomm::Communicator& comm) { comm_ = &comm; }
+
+  // Every rank starts from `root`'s parameters (rank 0's at start-up).
+  void broadcast_parameters(int root = 0) {
     torch::NoGradGuard no_grad;
     for (auto& p : params_)
-      check(comm_.broadcast(p.data_ptr(), p.data_ptr(), static_cast<size_t>(p.numel()), dcomm::DataType::kFloat32, 0),
-            "broadcasting the parameters");
+      check(
+          comm_->broadcast(p.data_ptr(), p.data_ptr(), static_cast<size_t>(p.numel()), dcomm::DataType::kFloat32, root),
+          "broadcasting the parameters");
   }
 
   // Before each micro-batch's backward: sync = this one's gradients are averaged (the last of
@@ -142,12 +146,12 @@ class GradSync {
   void start_ready(bool all_complete) {
     while (next_ < buckets_.size() && (all_complete || buckets_[next_].ready == buckets_[next_].params.size())) {
       Bucket& b = buckets_[next_++];
-      b.work = comm_.all_reduce_async(b.flat.data_ptr(), b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()),
-                                      wire_type(wire_), dcomm::ReduceOp::kAvg);
+      b.work = comm_->all_reduce_async(b.flat.data_ptr(), b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()),
+                                       wire_type(wire_), dcomm::ReduceOp::kAvg);
     }
   }
 
-  dcomm::Communicator& comm_;
+  dcomm::Communicator* comm_;
   std::vector<torch::Tensor> params_;
   torch::Dtype wire_;
   bool overlap_;

@@ -5,6 +5,8 @@
 //   torchrun --nproc-per-node 2 --no_python build/examples/ddp_trainer/ddp_trainer [flags]
 //   mpirun -np 2 ddp_trainer [flags]        srun -n 2 ddp_trainer [flags]
 //   ddp_trainer --local-ranks 2 [flags]     (ranks as threads of this process)
+//   dcomm-run -n 4 ddp_trainer --elastic [flags]   (a rank that dies is left behind: elastic.hpp)
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +28,7 @@
 #include <dcomm/dcomm.hpp>
 
 #include "fashion_mnist.hpp"
+#include "elastic.hpp"
 #include "grad_sync.hpp"
 #include "sampler.hpp"
 
@@ -56,6 +59,11 @@ struct Options {
   uint64_t seed = 1;
   std::string dump_params;  // rank 0 writes the final parameters here (raw float32)
   bool quiet = false;
+  bool elastic = false;  // survive a rank's death: shrink and go on (elastic.hpp)
+  int kill_rank = -1;    // for the tests: this rank kills itself (SIGKILL) inside step kill_step
+  int kill_epoch = 1;    // of epoch kill_epoch (--kill-at E:S)
+  int64_t kill_step = -1;
+  std::string log_samples;  // each rank appends the sample indices of its applied steps to FILE.<rank>
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -65,7 +73,8 @@ struct Options {
                "                   [--lr X] [--momentum X] [--bucket-mb X] [--grad-dtype fp32|bf16|fp16] [--amp]\n"
                "                   [--no-overlap] [--out DIR] [--resume] [--stop-after E] [--steps N]\n"
                "                   [--train-limit N] [--local-ranks N] [--threads N] [--seed S]\n"
-               "                   [--dump-params FILE] [--quiet]\n",
+               "                   [--dump-params FILE] [--quiet] [--elastic] [--log-samples FILE]\n"
+               "                   [--kill-rank R --kill-at E:S (tests: rank R dies in step S of epoch E)]\n",
                why.c_str());
   std::exit(2);
 }
@@ -107,7 +116,15 @@ Options parse(int argc, char** argv) {
     else if (f == "--seed") o.seed = static_cast<uint64_t>(number(0, 1e15));
     else if (f == "--dump-params") o.dump_params = value();
     else if (f == "--quiet") o.quiet = true;
-    else usage("unknown flag " + f);
+    else if (f == "--elastic") o.elastic = true;
+    else if (f == "--log-samples") o.log_samples = value();
+    else if (f == "--kill-rank") o.kill_rank = static_cast<int>(number(0, 1 << 20));
+    else if (f == "--kill-at") {
+      const std::string v = value();
+      long long e = 0, st = 0;
+      if (std::sscanf(v.c_str(), "%lld:%lld", &e, &st) != 2 || e < 1 || st < 0) usage("--kill-at takes E:S, not " + v);
+      o.kill_epoch = static_cast<int>(e), o.kill_step = st;
+    } else usage("unknown flag " + f);
   }
   if (o.model != "cnn" && o.model != "mlp") usage("--model is cnn or mlp, not " + o.model);
   if (o.grad_dtype != "fp32" && o.grad_dtype != "bf16" && o.grad_dtype != "fp16")
@@ -232,10 +249,25 @@ double evaluate(dcomm::Communicator& comm, torch::nn::AnyModule& model, const tr
   return s[0] / s[1];
 }
 
-int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split& train_all,
+// --log-samples: one line per applied step ("step E S i i ..."), or a rollback ("rollback E S":
+// this rank had applied steps from S on that the survivors redo).
+std::string detail_line(const char* what, int epoch, int64_t step, const std::vector<int64_t>& used) {
+  std::string line = std::string(what) + " " + std::to_string(epoch) + " " + std::to_string(step);
+  for (int64_t i : used) line += " " + std::to_string(i);
+  return line + "\n";
+}
+void log_samples(const Options& o, int rank, const std::string& line) {
+  if (o.log_samples.empty()) return;
+  std::ofstream(o.log_samples + "." + std::to_string(rank), std::ios::app) << line << std::flush;
+}
+
+int train_rank(const Options& o, dcomm::Communicator& first, const trainer::Split& train_all,
                const trainer::Split& test) {
-  const int rank = comm.rank(), size = comm.size();
-  const bool lead = rank == 0;
+  trainer::Elastic elastic(first);  // comm(): the survivors' communicator after a death (--elastic)
+  const auto comm = [&]() -> dcomm::Communicator& { return elastic.comm(); };
+  const int first_rank = first.rank(), first_size = first.size();
+  int rank = first_rank, size = first_size;
+  bool lead = rank == 0;
   std::shared_ptr<torch::nn::Module> net;
   torch::nn::AnyModule model;
   {
@@ -259,7 +291,7 @@ int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split
   const torch::Dtype wire = o.grad_dtype == "bf16"   ? torch::kBFloat16
                             : o.grad_dtype == "fp16" ? torch::kFloat16
                                                      : torch::kFloat32;
-  trainer::GradSync sync(comm, params, static_cast<size_t>(o.bucket_mb * (1 << 20)), wire, o.overlap);
+  trainer::GradSync sync(first, params, static_cast<size_t>(o.bucket_mb * (1 << 20)), wire, o.overlap);
   LossScale ls;
   ls.on = wire == torch::kFloat16;
   int first_epoch = 1;
@@ -268,7 +300,9 @@ int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split
 
   const int64_t n =
       o.train_limit > 0 ? std::min<int64_t>(o.train_limit, train_all.images.size(0)) : train_all.images.size(0);
+  // The global batch stays micro * first_size samples per micro-batch, however many ranks are left.
   trainer::DistributedSampler sampler(n, rank, size, o.seed);
+  const int64_t global_micro = static_cast<int64_t>(o.batch) * first_size;
   const int64_t micro = o.batch, per_step = micro * o.accum;
   int64_t steps = sampler.per_rank() / per_step;  // the last partial batch is dropped, alike on every rank
   if (o.steps > 0) steps = std::min(steps, o.steps);
@@ -280,41 +314,67 @@ int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split
         o.grad_dtype.c_str(), sync.buckets(), o.overlap ? "on" : "off", o.amp ? ", bf16 autocast forward" : "",
         o.threads);
   std::FILE* csv = nullptr;
-  if (lead) {
+  // Rank 0 writes the metrics; after a death (--elastic) the survivors' rank 0 takes the file over.
+  const auto open_csv = [&](bool fresh) {
     mkdir(o.out.c_str(), 0755);
     const std::string path = o.out + "/metrics.csv";
-    csv = std::fopen(path.c_str(), o.resume ? "a" : "w");
+    csv = std::fopen(path.c_str(), fresh ? "w" : "a");
     if (!csv) throw std::runtime_error("cannot write " + path);
-    if (!o.resume) std::fprintf(csv, "epoch,loss,test_accuracy,samples_per_s,exposed_comm_share,step_ms\n");
-  }
+    if (fresh) std::fprintf(csv, "epoch,loss,test_accuracy,samples_per_s,exposed_comm_share,step_ms\n");
+    std::fflush(csv);  // a rank 0 that dies leaves the header for the next
+  };
+  if (lead) open_csv(!o.resume);
   const bool tty = isatty(1);
   for (int epoch = first_epoch; epoch <= o.epochs; ++epoch) {
     sampler.set_epoch(epoch);
-    const auto idx = sampler.indices();
+    const auto order = sampler.global_order();
     double loss_sum = 0, exposed = 0, step_time = 0;
     const auto t_epoch = Clock::now();
     for (int64_t s = 0; s < steps; ++s) {
       const auto t_step = Clock::now();
-      for (int k = 0; k < o.accum; ++k) {
-        const auto from = idx.begin() + static_cast<long>((s * o.accum + k) * micro);
-        const auto batch = torch::tensor(std::vector<int64_t>(from, from + micro));
-        auto x = train_all.images.index_select(0, batch), y = train_all.labels.index_select(0, batch);
-        torch::Tensor logits;
-        {
-          at::autocast::set_cpu_enabled(o.amp);
-          if (o.amp) at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-          logits = model.forward(x);
-          at::autocast::set_cpu_enabled(false);
-          if (o.amp) at::autocast::clear_cache();
+      std::vector<int64_t> used;
+      // The tests' death: before this rank's gradients of step s leave, so no survivor can finish it.
+      if (first_rank == o.kill_rank && epoch == o.kill_epoch && s == o.kill_step) raise(SIGKILL);
+      try {
+        for (int k = 0; k < o.accum; ++k) {
+          // Micro-batch k of step s is positions base .. base + global_micro of the epoch's order;
+          // this rank takes every size-th from its rank (the sampler's shard while no rank is lost).
+          std::vector<int64_t> mine;
+          const int64_t base = (s * o.accum + k) * global_micro;
+          for (int64_t p = base + rank; p < base + global_micro; p += size)
+            mine.push_back(order[static_cast<size_t>(p)]);
+          used.insert(used.end(), mine.begin(), mine.end());
+          const auto batch = torch::tensor(mine);
+          // Each sample weighs 1/global_micro in the average over ranks (exactly the mean while
+          // every rank takes micro samples).
+          const double weight = static_cast<double>(mine.size()) * size / static_cast<double>(global_micro);
+          auto x = train_all.images.index_select(0, batch), y = train_all.labels.index_select(0, batch);
+          torch::Tensor logits;
+          {
+            at::autocast::set_cpu_enabled(o.amp);
+            if (o.amp) at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+            logits = model.forward(x);
+            at::autocast::set_cpu_enabled(false);
+            if (o.amp) at::autocast::clear_cache();
+          }
+          auto loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), y) * weight / o.accum;
+          loss_sum += loss.item<double>();
+          sync.begin(/*sync=*/k == o.accum - 1);
+          (ls.on ? loss * ls.scale : loss).backward();
         }
-        auto loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), y) / o.accum;
-        loss_sum += loss.item<double>();
-        sync.begin(/*sync=*/k == o.accum - 1);
-        (ls.on ? loss * ls.scale : loss).backward();
+        exposed += sync.finish();
+        if (!ls.on || ls.unscale_and_check(params)) opt.step();
+        opt.zero_grad();
+      } catch (const std::exception& e) {
+        if (!o.elastic) throw;
+        opt.zero_grad();
+        const int64_t redo = elastic.recover(s, sync, opt, params, e.what());
+        if (redo < s) log_samples(o, first_rank, detail_line("rollback", epoch, redo, {}));
+        rank = comm().rank(), size = comm().size(), lead = rank == 0;
+        s = redo - 1;
+        continue;
       }
-      exposed += sync.finish();
-      if (!ls.on || ls.unscale_and_check(params)) opt.step();
-      opt.zero_grad();
+      if (!o.log_samples.empty()) log_samples(o, first_rank, detail_line("step", epoch, s, used));
       step_time += seconds_since(t_step);
       if (lead && !o.quiet && (tty ? s % 10 == 9 || s + 1 == steps : (s + 1) % std::max<int64_t>(1, steps / 4) == 0))
         std::printf(tty ? "\r  epoch %d  step %lld/%lld  loss %.4f   " : "  epoch %d  step %lld/%lld  loss %.4f\n",
@@ -324,9 +384,9 @@ int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split
     }
     const double took = seconds_since(t_epoch);
     if (lead && !o.quiet && tty) std::printf("\n");
-    const double acc = evaluate(comm, model, test);
+    const double acc = evaluate(comm(), model, test);
     auto figs =
-        sum_over_ranks(comm, {loss_sum / std::max<double>(1, static_cast<double>(steps)), exposed, step_time, took});
+        sum_over_ranks(comm(), {loss_sum / std::max<double>(1, static_cast<double>(steps)), exposed, step_time, took});
     const double samples_per_s = static_cast<double>(steps * per_step * size) / (figs[3] / size);
     const double share = figs[2] > 0 ? figs[1] / figs[2] : 0;
     const double step_ms = 1e3 * figs[2] / size / std::max<double>(1, static_cast<double>(steps));
@@ -336,11 +396,12 @@ int train_rank(const Options& o, dcomm::Communicator& comm, const trainer::Split
             "epoch %d  loss %.4f  test accuracy %.2f%%  %.0f samples/s  exposed communication %.1f%% of step time  "
             "(%.2f ms per step)\n",
             epoch, figs[0] / size, 100 * acc, samples_per_s, 100 * share, step_ms);
+      if (!csv) open_csv(false);
       std::fprintf(csv, "%d,%.6f,%.6f,%.1f,%.5f,%.4f\n", epoch, figs[0] / size, acc, samples_per_s, share, step_ms);
       std::fflush(csv);
       save_checkpoint(o, *net, opt, epoch, ls);
     }
-    trainer::check(comm.barrier(), "the end of the epoch");  // the checkpoint is written before anyone stops
+    trainer::check(comm().barrier(), "the end of the epoch");  // the checkpoint is written before anyone stops
     if (o.stop_after == epoch) break;
   }
   if (csv) std::fclose(csv);

@@ -23,6 +23,17 @@ class DistributedSampler {
 
   // This rank's indices for the current epoch, in order.
   std::vector<int64_t> indices() const {
+    const std::vector<int64_t> all = global_order();
+    std::vector<int64_t> mine;
+    mine.reserve(all.size() / static_cast<size_t>(size_));
+    for (size_t i = static_cast<size_t>(rank_); i < all.size(); i += static_cast<size_t>(size_)) mine.push_back(all[i]);
+    return mine;
+  }
+
+  // Every rank's indices for the current epoch, interleaved: rank r's k-th is position k*size + r
+  // (so a global batch B of step s is positions s*B .. s*B+B, whoever takes them: --elastic
+  // splits them over the survivors).
+  std::vector<int64_t> global_order() const {
     std::vector<int64_t> all(static_cast<size_t>(n_));
     std::iota(all.begin(), all.end(), 0);
     if (shuffle_) {
@@ -34,10 +45,7 @@ class DistributedSampler {
     const int64_t total = per * size_;
     for (int64_t i = n_; i < total; ++i) all.push_back(all[static_cast<size_t>(i - n_) % static_cast<size_t>(n_)]);
     all.resize(static_cast<size_t>(total));
-    std::vector<int64_t> mine;
-    mine.reserve(static_cast<size_t>(per));
-    for (int64_t i = rank_; i < total; i += size_) mine.push_back(all[static_cast<size_t>(i)]);
-    return mine;
+    return all;
   }
 
   int64_t per_rank() const { return drop_last_ ? n_ / size_ : (n_ + size_ - 1) / size_; }

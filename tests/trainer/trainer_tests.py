@@ -1,7 +1,8 @@
 """examples/ddp_trainer, run the ways its users run it, each check a claim of its README.
 
     trainer_tests.py TRAINER quick     equivalence (1, 2 and 4 ranks), accumulation, resume,
-                                       MLP accuracy, bf16 and fp16 gradients, data errors
+                                       MLP accuracy, bf16 and fp16 gradients, data errors,
+                                       --elastic past a killed rank (0, and 2) under dcomm-run
     trainer_tests.py TRAINER cnn       the CNN reaches 88% in 3 epochs on 2 ranks (slow)
 
 Prints one line per check and exits 1 if any failed.
@@ -19,6 +20,7 @@ import numpy as np
 TRAINER = sys.argv[1]
 DATA = os.environ.get("DCOMM_TRAINER_DATA", "/usr/share/datasets/fashion-mnist")
 PY = sys.executable
+RUN = os.environ.get("DCOMM_RUN") or os.path.join(os.path.dirname(TRAINER), "..", "..", "tools", "dcomm-run")
 TMP = tempfile.mkdtemp(prefix="dcomm-trainer-")
 failed = 0
 
@@ -35,7 +37,9 @@ def train(name, *flags, ranks=1, launcher="threads", check=True):
     params = os.path.join(out, "params.bin")
     os.makedirs(out, exist_ok=True)
     args = [TRAINER, "--out", out, "--dump-params", params, "--data", DATA, "--quiet", *flags]
-    if launcher == "torchrun":
+    if launcher == "dcomm-run":  # keeps the survivors of a killed rank running (--elastic)
+        cmd = [RUN, "-n", str(ranks), "--", *args]
+    elif launcher == "torchrun":
         cmd = [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-r", "1", "-t", "1",
                "--log_dir", os.path.join(out, "logs"), "--no_python", *args]
     else:
@@ -125,6 +129,45 @@ def quick():
     broken("wrong magic", lambda t: set_bytes(t, lambda b: b"\x00\x00\x08\x03" + b[4:]), ["wrong magic"])
     broken("truncated data", lambda t: set_bytes(t, lambda b: b[:5000]), ["truncated"])
     broken("truncated gzip", lambda t: open(t, "r+b").truncate(os.path.getsize(t) // 2), ["truncated"])
+    elastic()
+
+
+def elastic():
+    """--elastic under dcomm-run, 4 processes: a rank (rank 0 once, which serves the first store)
+    is killed with SIGKILL inside step 5 of epoch 1; the other three shrink past it, keep the global
+    batch and the learning rate, and go on from that step. Each epoch's applied steps use every
+    sample of the epoch's global batches exactly once, and the run ends near the uninterrupted one."""
+    flags = ["--model", "mlp", "--epochs", "2", "--train-limit", "6000", "--batch", "32"]
+    steps, batch = (6000 // 4) // 32, 32 * 4
+    _, _, whole = train("elastic-whole", *flags, ranks=4, launcher="dcomm-run")
+    for victim in (0, 2):
+        log = os.path.join(TMP, f"elastic-{victim}-samples")
+        p, _, rows = train(f"elastic-kill-{victim}", *flags, "--elastic", "--kill-rank", str(victim), "--kill-at",
+                           "1:5", "--log-samples", log, ranks=4, launcher="dcomm-run")
+        report(f"--elastic: lost rank {victim}; 3 ranks go on from step 5" in p.stdout,
+               f"rank {victim} killed in step 5: the survivors go on from step 5", p.stdout[-500:])
+        applied = {}  # (epoch, step) -> indices, over every rank's log
+        for r in range(4):
+            path = f"{log}.{r}"
+            mine = []
+            for line in open(path).read().splitlines() if os.path.exists(path) else []:
+                what, epoch, step, *idx = line.split()
+                if what == "rollback":  # this rank's steps from there on were redone by all
+                    mine = [m for m in mine if not (m[0] == int(epoch) and m[1] >= int(step))]
+                else:
+                    mine.append((int(epoch), int(step), list(map(int, idx))))
+            for epoch, step, idx in mine:
+                applied.setdefault((epoch, step), []).extend(idx)
+        for epoch in (1, 2):
+            got = [i for (e, _), idx in applied.items() if e == epoch for i in idx]
+            steps_seen = len([1 for (e, _) in applied if e == epoch])
+            report(steps_seen == steps and len(got) == steps * batch and len(set(got)) == len(got),
+                   f"rank {victim} killed: epoch {epoch}'s {steps} steps use {steps * batch} samples, each once",
+                   f"{steps_seen} steps, {len(got)} samples, {len(set(got))} distinct")
+        if rows and whole:
+            a, b = rows[-1]["test_accuracy"], whole[-1]["test_accuracy"]
+            report(abs(a - b) <= 0.02, f"rank {victim} killed: accuracy within 2 points of the uninterrupted run",
+                   f"{100 * a:.2f}% against {100 * b:.2f}%")
 
 
 def cnn():
@@ -136,6 +179,6 @@ def cnn():
 
 
 if __name__ == "__main__":
-    {"quick": quick, "cnn": cnn}[sys.argv[2]]()
+    {"quick": quick, "cnn": cnn, "elastic": elastic}[sys.argv[2]]()
     shutil.rmtree(TMP, ignore_errors=True)
     sys.exit(1 if failed else 0)
