@@ -72,6 +72,14 @@ def parallel_runs():
     return bool(bad)
 
 
+def dcomm_run(n, *args, timeout=600, script=TORCH2):
+    """n ranks under dcomm-run (DCOMM_RUN, else the build's), which keeps the survivors of a killed
+    rank running: torchrun's agent would stop them."""
+    launcher = os.environ.get("DCOMM_RUN") or os.path.join(HERE, "..", "..", "build", "tools", "dcomm-run")
+    cmd = [launcher, "-n", str(n), "--", PY, script, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
 def spawn(n, *args, timeout=600):
     procs = []
     for r in range(n):
@@ -174,6 +182,13 @@ def main():
             ("collectives under TORCH_DISTRIBUTED_DEBUG=DETAIL, 2 processes",
              lambda: torchrun(2, "collectives", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})),
             ("docs/pytorch.md's FSDP2 + DeviceMesh example, 4 processes", docs_example),
+        ]
+    if hasattr(__import__("torch").distributed, "shrink_group"):  # torch 2.15
+        runs += [
+            ("dist.shrink_group past a killed rank 2 of 4 (SHRINK_DEFAULT), DDP after, under dcomm-run",
+             lambda: dcomm_run(4, "shrink", "2", "default")),
+            ("dist.shrink_group past a killed rank 0 of 3 (SHRINK_ABORT), DDP after, under dcomm-run",
+             lambda: dcomm_run(3, "shrink", "0", "abort")),
         ]
     if quick:
         runs = runs[:1]

@@ -8,6 +8,8 @@ build on it, one rank of a check (tests/torch/run_checks.py starts the ranks und
     torch2_checks.py abort              abort(): every rank's call ends, abort hooks run, getError
     torch2_checks.py window             one-sided windows (torch 2.15): put, signal, wait_signal around
                                         the ring, map_remote_tensor of allocate_tensor memory
+    torch2_checks.py shrink VICTIM default|abort   under dcomm-run: VICTIM killed mid-all_reduce, then
+                                        dist.shrink_group, an all_reduce and a DDP step on the survivors
     torch2_checks.py parallel BACKEND OUT   FSDP2, DTensor on a 2-D mesh, tensor parallelism, functional
                                         collectives (eager, aot_eager, inductor), DDP static_graph,
                                         comm hooks and join(); every result saved to OUT for the
@@ -291,6 +293,50 @@ def check_abort():
     os._exit(1 if failures else 0)
 
 
+def check_shrink(victim, flags):
+    """Run under dcomm-run (the survivors go on): rank `victim` is killed with SIGKILL during an
+    all_reduce; every survivor's call raises naming it, lost_ranks() says which, dist.shrink_group
+    (SHRINK_DEFAULT or SHRINK_ABORT) makes the survivors' group the default one, ranks renumbered;
+    an all_reduce sums exactly on it, and DDP rebuilt over it takes a step with the same result on
+    every survivor (the parameters carry over; the gradients are averaged over the survivors)."""
+    import signal
+    from torch.distributed.distributed_c10d import SHRINK_ABORT, SHRINK_DEFAULT
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)  # the same initial parameters on every rank
+    x = torch.ones(1 << 16)
+    for _ in range(3):
+        dist.all_reduce(x)
+    if rank == victim:
+        threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    try:
+        while True:
+            dist.all_reduce(torch.ones(1 << 16))
+    except RuntimeError as e:
+        check(f"rank {victim}" in str(e), f"the error does not name rank {victim}: {str(e)[:300]}")
+    lost, until = [], time.time() + 5
+    while not lost and time.time() < until:
+        lost = backend_of().lost_ranks()
+    check(lost == [victim], f"lost_ranks() is {lost}, not [{victim}]")
+    group = dist.shrink_group(lost, shrink_flags=SHRINK_ABORT if flags == "abort" else SHRINK_DEFAULT)
+    survivors = [r for r in range(n) if r != victim]
+    check(dist.get_world_size() == n - 1 and dist.get_rank() == survivors.index(rank),
+          f"after the shrink: rank {dist.get_rank()} of {dist.get_world_size()}")
+    y = torch.full((1000,), float(rank + 1))
+    dist.all_reduce(y, group=group)
+    check(y[999].item() == sum(r + 1 for r in survivors), f"the survivors' all_reduce gave {y[999].item()}")
+    ddp = nn.parallel.DistributedDataParallel(model)
+    ddp(torch.full((2, 8), float(rank))).sum().backward()  # each survivor its own batch
+    torch.optim.SGD(ddp.parameters(), lr=0.1).step()
+    mine = torch.cat([p.detach().flatten() for p in ddp.parameters()])
+    every = [torch.empty_like(mine) for _ in survivors]
+    dist.all_gather(every, mine)
+    check(all(torch.equal(every[0], t) for t in every), "DDP over the survivors: parameters differ after a step")
+    print(f"rank {rank}: shrink past rank {victim} ({flags}): {len(failures)} failures", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if failures else 0)
+
+
 def main():
     what = sys.argv[1]
     timeout = datetime.timedelta(seconds=int(os.environ.get("DCOMM_TORCH_TEST_TIMEOUT_S", "120")))
@@ -307,6 +353,8 @@ def main():
         check_abort()
     elif what == "window":
         check_window()
+    elif what == "shrink":
+        check_shrink(int(sys.argv[2]), sys.argv[3])
     print(f"rank {dist.get_rank()}: {what}: {len(failures)} failures", flush=True)
     dist.barrier()
     dist.destroy_process_group()

@@ -87,6 +87,19 @@ float DcommWork::getDuration() const {
 
 // ---- split and merge -------------------------------------------------------------------------
 
+// A communicator made from this group's (split, shrink), in call order on the group's queue.
+std::unique_ptr<dcomm::Communicator> ProcessGroupDcomm::on_queue(
+    const char* what, const std::function<dcomm::Result<std::unique_ptr<dcomm::Communicator>>()>& make) {
+  std::unique_ptr<dcomm::Communicator> child;
+  enqueue(c10d::OpType::UNKNOWN, {}, 0, [&] {
+    auto made = make();
+    if (!made.ok()) return made.status().with_context(std::string("dcomm backend: ") + what);
+    child = std::move(*made);
+    return Status{};
+  })->wait();
+  return child;
+}
+
 // torch calls split on every rank of this group, each with the ranks (of this group) of its
 // own new group; a rank in none passes a group without itself. dcomm's split is collective
 // over this group: color = the new group's lowest rank, key = the place in `ranks`. The
@@ -100,13 +113,7 @@ c10::intrusive_ptr<BackendBase> ProcessGroupDcomm::split(const c10::intrusive_pt
   const auto at = std::find(ranks.begin(), ranks.end(), me);
   const int color = at == ranks.end() ? -1 : *std::min_element(ranks.begin(), ranks.end());
   const int key = static_cast<int>(at - ranks.begin());
-  std::unique_ptr<dcomm::Communicator> child;
-  enqueue(c10d::OpType::UNKNOWN, {}, 0, [&] {
-    auto made = comm_->split(color, key);
-    if (!made.ok()) return made.status().with_context("dcomm backend: split");
-    child = std::move(*made);
-    return Status{};
-  })->wait();
+  auto child = on_queue("split", [&] { return comm_->split(color, key); });
   if (!child) return {};
   TORCH_CHECK(child->size() == static_cast<int>(ranks.size()), "dcomm: split: ranks disagree on the group of rank ", me,
               ": ", child->size(), " ranks joined, this rank named ", ranks.size());
@@ -121,6 +128,27 @@ c10::intrusive_ptr<BackendBase::Options> ProcessGroupDcomm::getBackendOptions() 
 }
 
 void ProcessGroupDcomm::perform_nocolor_split() { split({}, {}, {}); }
+
+#if DCOMM_TORCH_2_15
+// dist.shrink_group on the survivors. SHRINK_ABORT revokes first, from this thread, so a call of
+// this group's queue that waits for the excluded ranks ends and the shrink can run behind it;
+// SHRINK_DEFAULT refuses while a call is queued or running (torch's rule, as NCCL's).
+c10::intrusive_ptr<BackendBase> ProcessGroupDcomm::shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                                          int shrink_flags,
+                                                          const c10::intrusive_ptr<Options>& opts_override) {
+  TORCH_CHECK(shrink_flags == 0 || shrink_flags == 1, "dcomm: shrink_flags ", shrink_flags,
+              " is neither SHRINK_DEFAULT (0) nor SHRINK_ABORT (1)");
+  const auto mode = shrink_flags == 1 ? dcomm::ShrinkMode::kAbort : dcomm::ShrinkMode::kDefault;
+  if (mode == dcomm::ShrinkMode::kAbort) comm_->revoke();
+  else
+    TORCH_CHECK(queue_.pending() == 0, "dcomm: shrink_group on rank ", group_rank(),
+                ": a call is still queued or running on this group; wait for it, or pass SHRINK_ABORT");
+  const std::vector<int> excluded(ranks_to_exclude.begin(), ranks_to_exclude.end());
+  auto child = on_queue("shrink", [&] { return comm_->shrink(excluded, mode); });
+  const auto timeout = opts_override ? opts_override->timeout : comm_->config().timeout;
+  return c10::make_intrusive<ProcessGroupDcomm>(std::move(child), timeout);
+}
+#endif
 
 // merge_remote_group: the store names a new group of `size` ranks (possibly from other jobs);
 // it is a new rendezvous by nature.

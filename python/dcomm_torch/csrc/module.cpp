@@ -60,6 +60,28 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<dcomm_torch::ProcessGroupDcomm, c10d::Backend, c10::intrusive_ptr<dcomm_torch::ProcessGroupDcomm>>(
       m, "ProcessGroupDcomm")
       .def(
+          "lost_ranks", [](dcomm_torch::ProcessGroupDcomm& pg) { return pg.comm().lost_ranks(); },
+          "The ranks of this group whose processes died: what to pass to dist.shrink_group")
+      .def(
+          "_advertised_host",
+          [](dcomm_torch::ProcessGroupDcomm& pg) {
+            const std::string& at = pg.comm().peer(pg.group_rank()).address;
+            return at.substr(0, at.rfind(':'));
+          },
+          "The address this rank's peers reach it at (for a store it serves)")
+      .def(
+          "_broadcast_text",
+          [](dcomm_torch::ProcessGroupDcomm& pg, std::string text, int root) {
+            constexpr size_t kBytes = 256;
+            TORCH_CHECK(text.size() < kBytes, "dcomm: _broadcast_text takes under 256 bytes");
+            text.resize(kBytes, '\0');
+            dcomm::Status s = pg.comm().broadcast(text.data(), text.data(), kBytes, dcomm::DataType::kUint8, root);
+            TORCH_CHECK(s.ok(), "dcomm: ", s.message());
+            return std::string(text.c_str());
+          },
+          "Root's text on every rank of a group no call is using yet (a new group's store address)",
+          pybind11::call_guard<pybind11::gil_scoped_release>())
+      .def(
           "perform_nocolor_split",
           [](dcomm_torch::ProcessGroupDcomm& pg, const at::Device&) { pg.perform_nocolor_split(); },
           pybind11::call_guard<pybind11::gil_scoped_release>())

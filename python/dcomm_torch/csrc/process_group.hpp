@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -234,6 +235,10 @@ class ProcessGroupDcomm : public BackendBase {
   void unregisterCompletionHook(int64_t id) override;
   bool supportsWindow() const override { return true; }  // window.cpp
   c10::intrusive_ptr<c10d::Window> new_window(const std::optional<at::Tensor>& tensor) override;
+  // dist.shrink_group (backend_hooks.cpp): dcomm::Communicator::shrink; flag 1 is SHRINK_ABORT.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<BackendBase> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+                                         const c10::intrusive_ptr<Options>& opts_override) override;
 #endif
 #endif
 
@@ -246,6 +251,9 @@ class ProcessGroupDcomm : public BackendBase {
   friend class DcommWindow;
   using Job = std::function<dcomm::Status()>;
 
+  // A communicator made from this group's by `make` (split, shrink), run on the queue and waited.
+  std::unique_ptr<dcomm::Communicator> on_queue(
+      const char* what, const std::function<dcomm::Result<std::unique_ptr<dcomm::Communicator>>()>& make);
   // Queues `job` (run in call order); outputs are what the Work's result and future hold.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs, size_t bytes, Job job);
   // A send or receive, gathered into the pending batch.
