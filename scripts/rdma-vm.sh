@@ -88,7 +88,7 @@ build_image() {  # steps left half done by an interrupted run are picked up in $
 # This run's files: the test binaries at their host paths, the netns test, and /init.
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
-for f in tests/test_ranks tests/test_procs tests/dcomm-test-worker bench/dcomm-bench; do
+for f in tests/test_ranks tests/test_procs tests/dcomm-test-worker bench/dcomm-bench bench/dcomm-recovery; do
   [ -x "$BUILD/$f" ] || { say "$BUILD/$f is missing: build first (scripts/build.sh)"; exit 2; }
   mkdir -p "$STAGE$BUILD/$(dirname $f)" && cp "$BUILD/$f" "$STAGE$BUILD/$f"
 done
@@ -114,6 +114,10 @@ if [ -f /vm-cmd.sh ]; then sh /vm-cmd.sh; echo "DCOMM-VM-STATUS \$?"; echo o >/p
 if [ "${DCOMM_VM_ONLY:-}" != bench ]; then  # DCOMM_VM_ONLY=bench: the measurements only
 run $BUILD/tests/test_ranks -tc='verbs*'
 run $BUILD/tests/test_procs -tc='*verbs*'
+# A rank killed mid-all_reduce over verbs: the survivors shrink past it (rank 0 once) and a new
+# process joins; every result exact.
+run $BUILD/bench/dcomm-recovery --transport verbs --ranks 3 --victim 0 --reps 1 --count 65536 --grow
+run $BUILD/bench/dcomm-recovery --transport verbs --ranks 4 --victim 2 --mode abort --reps 1 --count 65536
 fi
 if [ "${DCOMM_VM_ONLY:-}" != tests ]; then  # DCOMM_VM_ONLY=tests: no measurements (ctest)
 echo "=== verbs latency and bandwidth: perftest on rxe0 (loopback), then dcomm-bench over verbs"

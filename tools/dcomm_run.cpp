@@ -53,14 +53,16 @@ int main(int argc, char** argv) {
   dcomm_cli::Cli cli("dcomm-run", "-n N [--stop-all-on-failure] [--] program [args...]",
                      "Starts N ranks of a program on this host with torchrun's variables; the others go on when one "
                      "dies.");
-  cli.flag("-n", "N", "how many ranks", [&](const std::string& v) {
-       n = std::atoi(v.c_str());
-       return n >= 1 ? "" : "N must be at least 1";
-     })
-      .flag("--nproc", "N", "the same as -n", [&](const std::string& v) {
-        n = std::atoi(v.c_str());
-        return n >= 1 ? "" : "N must be at least 1";
-      })
+  cli.flag("-n", "N", "how many ranks",
+           [&](const std::string& v) {
+             n = std::atoi(v.c_str());
+             return n >= 1 ? "" : "N must be at least 1";
+           })
+      .flag("--nproc", "N", "the same as -n",
+            [&](const std::string& v) {
+              n = std::atoi(v.c_str());
+              return n >= 1 ? "" : "N must be at least 1";
+            })
       .flag("--stop-all-on-failure", "", "when a rank fails or is killed, stop the others (torchrun's rule)",
             [&](const std::string&) {
               stop_all = true;
@@ -110,8 +112,8 @@ int main(int argc, char** argv) {
     --left;
     bool failed = false;
     if (WIFSIGNALED(wstatus)) {
-      std::fprintf(stderr, "dcomm-run: rank %d (pid %d) was killed by signal %d: lost%s\n", r, pid,
-                   WTERMSIG(wstatus), stop_all ? "" : "; the others go on");
+      std::fprintf(stderr, "dcomm-run: rank %d (pid %d) was killed by signal %d: lost%s\n", r, pid, WTERMSIG(wstatus),
+                   stop_all ? "" : "; the others go on");
       failed = true;
     } else if (const int code = WEXITSTATUS(wstatus); code != 0) {
       std::fprintf(stderr, "dcomm-run: rank %d (pid %d) exited with status %d\n", r, pid, code);

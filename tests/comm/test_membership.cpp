@@ -177,7 +177,7 @@ TEST_CASE("grow from 3 to 4 after rank 0 was dropped: old ranks keep theirs, the
     CAPTURE(static_cast<int>(transport));
     Comms comms = make(4, transport);
     Comms three = shrink_past(comms, 0);
-    comms.clear();  // the old communicator, rank 0's included, is gone
+    comms.clear();                  // the old communicator, rank 0's included, is gone
     auto id = three[1]->grow_id();  // any rank may hand out the id
     REQUIRE_MESSAGE(id.ok(), id.status().message());
     CHECK(contains(three[1]->grow_id().status(), "not used yet"));

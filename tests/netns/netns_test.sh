@@ -3,7 +3,8 @@
 # and over UCX (its TCP transport), every collective checked bit for bit (dcomm-bench -c 1:
 # a wrong element fails the run), and one-sided puts with signals (dcomm-test-worker next to
 # the bench's build, or $DCOMM_NETNS_WORKER). With --netem the link also drops 1% of packets and delays
-# each by 20 ms in each direction (tc netem), and the results must still be exact.
+# each by 20 ms in each direction (tc netem), and the results must still be exact. And a rank
+# killed mid-all_reduce, the survivors shrinking past it across the namespaces (dcomm-recovery).
 #
 #   tests/netns/netns_test.sh path/to/dcomm-bench [--netem]
 #
@@ -85,6 +86,26 @@ if [ -x "$WORKER" ]; then
   done
 else
   echo "netns_test: no $WORKER; one-sided part skipped"
+fi
+# A rank killed mid-all_reduce with two ranks in each namespace (over TCP between them): the
+# survivors shrink past it and sum exactly, then a new process joins (dcomm-recovery; rank 0,
+# which served the first store, is the victim once). Its table says how long each step took.
+RECOVERY=${DCOMM_NETNS_RECOVERY:-$(dirname "$BENCH")/dcomm-recovery}
+if [ -x "$RECOVERY" ]; then
+  for victim in 0 3; do
+    if DCOMM_TIMEOUT_MS=120000 "$RECOVERY" --ranks 4 --victim $victim --transport tcp --netns "$a:$va,$b:$vb" \
+      --master "$NETNS_NET.1" --reps 1 --count 65536 --grow >"$out/rec" 2>&1 &&
+      grep -q "every survivor's results exact" "$out/rec"; then
+      echo "netns_test: ok     rank $victim of 4 killed, 2 per namespace over TCP: shrink and grow, exact;" \
+        "ms: $(grep '^ *0 ' "$out/rec" | tr -s ' ')"
+    else
+      echo "netns_test: FAILED rank $victim of 4 killed, 2 per namespace over TCP"
+      grep -v WARN "$out/rec" | tail -15 | sed 's/^/  /'
+      failed=1
+    fi
+  done
+else
+  echo "netns_test: no $RECOVERY; the kill-and-shrink part skipped"
 fi
 if "$BENCH" all_reduce -N 1 -b 8 -e 8 -n 1 -w 0 >/dev/null 2>&1 &&
    DCOMM_TRANSPORT=ucx UCX_TLS=tcp,self "$BENCH" all_reduce -N 2 -b 8 -e 8 -n 1 -w 0 >/dev/null 2>&1; then

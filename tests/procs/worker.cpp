@@ -31,6 +31,7 @@
 
 #include <dcomm/comm/one_sided.hpp>
 
+#include "support/footprint.hpp"
 #include "support/matrix.hpp"
 
 using namespace dcomm;
@@ -114,30 +115,9 @@ int main(int argc, char** argv) {
   }
   if (mode == "cycles" && argc > 2) {
     const int n = std::atoi(argv[2]);
-    auto count = [](const char* dir, const std::string& prefix) {
-      int k = 0;
-      if (DIR* d = opendir(dir)) {
-        while (dirent* e = readdir(d)) k += e->d_name[0] != '.' && std::string(e->d_name).rfind(prefix, 0) == 0;
-        closedir(d);
-      }
-      return k;
-    };
-    const std::string mine = "dcomm-" + detail::pid_namespace() + "-" + std::to_string(getpid()) + "-";
-    // Memory pinned for a device (verbs registrations), in kB.
-    auto pinned = [] {
-      std::ifstream f("/proc/self/status");
-      std::string line;
-      while (std::getline(f, line))
-        if (line.rfind("VmPin:", 0) == 0) return std::atoi(line.c_str() + 6);
-      return 0;
-    };
-    auto footprint = [&] {
-      return std::array<int, 4>{count("/proc/self/fd", ""), count("/proc/self/task", ""), count("/dev/shm", mine),
-                                pinned()};
-    };
-    std::array<int, 4> before{};
+    dcomm_test::Footprint before;
     for (int i = 0; i < n + 3; ++i) {
-      if (i == 3) before = footprint();  // after warm-up
+      if (i == 3) before = dcomm_test::Footprint::now();  // after warm-up
       char id_text[256] = {};
       if (c.rank() == 0) {
         auto id = UniqueId::create();
@@ -165,20 +145,10 @@ int main(int argc, char** argv) {
       child->reset();
       if (!c.barrier().ok()) return 1;
     }
-    // A leak is more than before. Less is a descriptor or thread still closing when the
-    // snapshot was taken (a loaded machine); a closing one may also linger at the end, so
-    // a leak is only one that is still there after up to 2 s.
-    auto leaked = [&](const std::array<int, 4>& now) {
-      return now[0] > before[0] || now[1] > before[1] || now[2] > before[2] || now[3] > before[3];
-    };
-    auto after = footprint();
-    for (int k = 0; k < 40 && leaked(after); ++k) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      after = footprint();
-    }
-    if (leaked(after)) {
-      report("rank %d: descriptors %d -> %d, threads %d -> %d, shared-memory files %d -> %d, pinned kB %d -> %d\n",
-             c.rank(), before[0], after[0], before[1], after[1], before[2], after[2], before[3], after[3]);
+    // A leak is more than before, still there after up to 2 s (Footprint::settled).
+    const auto after = dcomm_test::Footprint::settled(before);
+    if (after.holds_more_than(before)) {
+      report("rank %d: %s\n", c.rank(), after.describe(before).c_str());
       return 1;
     }
     return 0;

@@ -83,14 +83,15 @@ inline Result<LocalRanks> spawn_local_ranks(const std::vector<std::string>& argv
   return procs;
 }
 
-// What torchrun tells rank r of n on one host, with rank 0 serving the store on 127.0.0.1:port;
-// the secret (DCOMM_SECRET) authenticates the job's connections.
-inline std::vector<std::string> torchrun_env(int r, int n, int port, const std::string& secret) {
+// What torchrun tells rank r of n, with rank 0 serving the store on host:port (this host's
+// loopback by default); the secret (DCOMM_SECRET) authenticates the job's connections.
+inline std::vector<std::string> torchrun_env(int r, int n, int port, const std::string& secret,
+                                             const std::string& host = "127.0.0.1") {
   return {detail::cat("RANK=", r),
           detail::cat("WORLD_SIZE=", n),
           detail::cat("LOCAL_RANK=", r),
           detail::cat("LOCAL_WORLD_SIZE=", n),
-          "MASTER_ADDR=127.0.0.1",
+          "MASTER_ADDR=" + host,
           detail::cat("MASTER_PORT=", port),
           "DCOMM_SECRET=" + secret,
           "DCOMM_RANK=",

@@ -46,7 +46,8 @@ inline Result<std::vector<int>> exclusion_set(std::vector<int> excluded, int ran
     const int r = excluded[i];
     if (r < 0 || r >= size) return invalid_argument("excluded rank ", r, " is out of range for ", size, " ranks");
     if (i > 0 && excluded[i - 1] == r) return invalid_argument("rank ", r, " is excluded twice");
-    if (r == rank) return invalid_argument("this rank (", rank, ") is in its own exclude list: excluded ranks do not call shrink");
+    if (r == rank)
+      return invalid_argument("this rank (", rank, ") is in its own exclude list: excluded ranks do not call shrink");
   }
   if (static_cast<int>(excluded.size()) == size) return invalid_argument("every rank is excluded");
   return excluded;
@@ -97,7 +98,9 @@ class MembershipCalls {
   // timeout. This communicator is left as it was (revoked in abort mode).
   Result<std::unique_ptr<Comm>> shrink(std::vector<int> excluded, ShrinkMode mode = ShrinkMode::kDefault) {
     Comm& c = self();
-    auto fail = [&](const Status& s) { return s.with_context(detail::cat("shrink on rank ", c.rank_, " of ", c.size_)); };
+    auto fail = [&](const Status& s) {
+      return s.with_context(detail::cat("shrink on rank ", c.rank_, " of ", c.size_));
+    };
     auto set = detail::exclusion_set(std::move(excluded), c.rank_, c.size_);
     if (!set.ok()) return fail(set.status());
     DCOMM_RETURN_IF_ERROR(fail(quiesce(mode)));
@@ -174,7 +177,9 @@ class MembershipCalls {
 
   // ncclCommGrow on a new process: joins as `rank` (at least the old size) of new_size.
   static Result<std::unique_ptr<Comm>> join(int rank, int new_size, const UniqueId& id, const Config& config) {
-    auto fail = [&](const Status& s) { return s.with_context(detail::cat("joining as rank ", rank, " of ", new_size)); };
+    auto fail = [&](const Status& s) {
+      return s.with_context(detail::cat("joining as rank ", rank, " of ", new_size));
+    };
     auto store = StoreClient::connect(id.address, config.timeout, StoreAccess{id.secret, {}});
     if (!store.ok()) return fail(store.status());
     auto from = (*store)->get(detail::cat(detail::hex16(id.nonce), "/grown_from"));
@@ -258,7 +263,7 @@ class MembershipCalls {
   // Every survivor publishes the set it excludes; each reads every other survivor's (in its own
   // view) and fails, naming the difference, unless all match.
   Result<std::unique_ptr<DeathWatch>> agree_on_shrink(const SocketAddress& at, const std::string& prefix,
-                                                       const std::vector<int>& set, const std::vector<int>& survivors) {
+                                                      const std::vector<int>& set, const std::vector<int>& survivors) {
     Comm& c = self();
     auto mine = StoreClient::connect(at, c.config_.timeout, c.access_);
     auto watching = StoreClient::connect(at, c.config_.timeout, c.access_);
@@ -290,7 +295,7 @@ class MembershipCalls {
   }
 
   int split_count_ = 0, shrink_count_ = 0;
-  Socket spare_;                    // bound at set-up; a shrink led by this rank serves its store here
+  Socket spare_;                     // bound at set-up; a shrink led by this rank serves its store here
   std::optional<UniqueId> grow_id_;  // handed out by grow_id(), not yet used by grow()
 };
 
