@@ -249,10 +249,12 @@ double evaluate(dcomm::Communicator& comm, torch::nn::AnyModule& model, const tr
   return s[0] / s[1];
 }
 
-// --log-samples: one line per applied step ("step E S i i ..."), or a rollback ("rollback E S":
-// this rank had applied steps from S on that the survivors redo).
-std::string detail_line(const char* what, int epoch, int64_t step, const std::vector<int64_t>& used) {
+// --log-samples: one line per applied step ("step E S LOSS i i ...": this rank's share of the
+// step's loss, then its samples), or a rollback ("rollback E S": this rank had applied steps
+// from S on that the survivors redo).
+std::string detail_line(const char* what, int epoch, int64_t step, const std::vector<int64_t>& used, double loss = 0) {
   std::string line = std::string(what) + " " + std::to_string(epoch) + " " + std::to_string(step);
+  if (std::string(what) == "step") line += " " + std::to_string(loss);
   for (int64_t i : used) line += " " + std::to_string(i);
   return line + "\n";
 }
@@ -333,6 +335,7 @@ int train_rank(const Options& o, dcomm::Communicator& first, const trainer::Spli
     for (int64_t s = 0; s < steps; ++s) {
       const auto t_step = Clock::now();
       std::vector<int64_t> used;
+      double step_loss = 0;  // this rank's share: the ranks' shares average to the step's loss
       // The tests' death: before this rank's gradients of step s leave, so no survivor can finish it.
       if (first_rank == o.kill_rank && epoch == o.kill_epoch && s == o.kill_step) raise(SIGKILL);
       try {
@@ -358,7 +361,7 @@ int train_rank(const Options& o, dcomm::Communicator& first, const trainer::Spli
             if (o.amp) at::autocast::clear_cache();
           }
           auto loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), y) * weight / o.accum;
-          loss_sum += loss.item<double>();
+          step_loss += loss.item<double>();
           sync.begin(/*sync=*/k == o.accum - 1);
           (ls.on ? loss * ls.scale : loss).backward();
         }
@@ -374,7 +377,8 @@ int train_rank(const Options& o, dcomm::Communicator& first, const trainer::Spli
         s = redo - 1;
         continue;
       }
-      if (!o.log_samples.empty()) log_samples(o, first_rank, detail_line("step", epoch, s, used));
+      loss_sum += step_loss;
+      if (!o.log_samples.empty()) log_samples(o, first_rank, detail_line("step", epoch, s, used, step_loss));
       step_time += seconds_since(t_step);
       if (lead && !o.quiet && (tty ? s % 10 == 9 || s + 1 == steps : (s + 1) % std::max<int64_t>(1, steps / 4) == 0))
         std::printf(tty ? "\r  epoch %d  step %lld/%lld  loss %.4f   " : "  epoch %d  step %lld/%lld  loss %.4f\n",

@@ -4,7 +4,12 @@ DistributedDataParallel, on the dcomm torch backend (or Gloo, to compare).
 
     torchrun --nproc-per-node 2 examples/ddp_trainer/train.py [--model cnn|mlp] [--epochs N]
              [--batch B] [--accum K] [--lr X] [--bucket-mb X] [--backend dcomm|gloo] [--out DIR]
-             [--steps N]
+             [--steps N] [--train-limit N]
+    dcomm-run -n 4 -- python examples/ddp_trainer/train.py --elastic [...]   (torch 2.15)
+
+--elastic does what the C++ trainer's does (elastic.hpp): when a rank dies, the survivors
+dist.shrink_group past it, rebuild DDP over the new group and redo the step it interrupted, with
+the same global batch split over them; nothing is reloaded.
 
 Needs dcomm_torch importable (PYTHONPATH=build/python, or pip install ./python). Writes
 OUT/metrics.csv with the C++ trainer's columns (exposed communication is not measured here).
@@ -13,6 +18,7 @@ import argparse
 import contextlib
 import gzip
 import os
+import signal
 import time
 
 import numpy as np
@@ -60,6 +66,54 @@ class Cnn(nn.Module):
         return self.f2(F.relu(self.f1(x.flatten(1))))
 
 
+def global_order(n, size, seed, epoch):
+    """torch's DistributedSampler's permutation for `size` ranks before it deals it out (rank r takes
+    positions r, r + size, ...): shuffled from seed + epoch, padded from its start to a multiple."""
+    g = torch.Generator()
+    g.manual_seed(seed + epoch)
+    order = torch.randperm(n, generator=g)
+    total = -(-n // size) * size
+    return torch.cat([order, order[:total - n]])
+
+
+def recover(model, opt, step, error, bucket_mb):
+    """After step `step` failed (a rank died): shrink past the dead, take the parameters and
+    momentum of the survivor that applied the fewest steps, rebuild DDP; returns (model, the step
+    to redo)."""
+    from torch.distributed.distributed_c10d import SHRINK_ABORT, _get_default_group
+    t0 = time.perf_counter()
+    backend = _get_default_group()._get_backend(torch.device("cpu"))
+    lost = []
+    while not lost and time.perf_counter() - t0 < 5:
+        lost = backend.lost_ranks()
+    if not lost:
+        raise error
+    t1 = time.perf_counter()
+    dist.shrink_group(lost, shrink_flags=SHRINK_ABORT)
+    t2 = time.perf_counter()
+    applied = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(applied, torch.tensor([step]))
+    root = min(range(len(applied)), key=lambda r: (applied[r].item(), r))
+    module = model.module
+    with torch.no_grad():
+        for p in module.parameters():
+            dist.broadcast(p.data, root)
+            buf = opt.state[p].get("momentum_buffer") if p in opt.state else None
+            have = torch.tensor([int(buf is not None)])
+            dist.broadcast(have, root)
+            if have.item():
+                if buf is None:
+                    buf = opt.state[p]["momentum_buffer"] = torch.zeros_like(p)
+                dist.broadcast(buf, root)
+            elif p in opt.state:
+                opt.state[p].pop("momentum_buffer", None)
+    redo = applied[root].item()
+    if dist.get_rank() == 0:
+        print(f"--elastic: lost rank {','.join(map(str, lost))}; {dist.get_world_size()} ranks go on from step "
+              f"{redo} (lost_ranks {1e3 * (t1 - t0):.1f} ms, shrink_group {1e3 * (t2 - t1):.1f} ms)", flush=True)
+    return nn.parallel.DistributedDataParallel(module, bucket_cap_mb=bucket_mb), redo
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -74,42 +128,71 @@ def main():
     p.add_argument("--out", default="ddp_trainer_py_out")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--steps", type=int, default=0, help="at most this many steps per epoch (0: the whole shard)")
+    p.add_argument("--train-limit", type=int, default=0, help="only the first N training images (0: all)")
+    p.add_argument("--elastic", action="store_true", help="go on past a rank that dies (torch 2.15, backend dcomm)")
+    p.add_argument("--kill-rank", type=int, default=-1, help="tests: this rank kills itself (SIGKILL) ...")
+    p.add_argument("--kill-at", default="1:5", help="... at step S of epoch E (E:S)")
     a = p.parse_args()
     if a.backend == "dcomm":
         import dcomm_torch  # noqa: F401  (registers "dcomm")
     torch.set_num_threads(1)
     dist.init_process_group(a.backend)
     rank, size = dist.get_rank(), dist.get_world_size()
+    first_rank, first_size = rank, size
     train_x, train_y = load(a.data, "train")
+    if a.train_limit:
+        train_x, train_y = train_x[:a.train_limit], train_y[:a.train_limit]
     test_x, test_y = load(a.data, "t10k")
     torch.manual_seed(a.seed)
     model = nn.parallel.DistributedDataParallel(Mlp() if a.model == "mlp" else Cnn(), bucket_cap_mb=a.bucket_mb)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     sampler = torch.utils.data.DistributedSampler(range(len(train_x)), num_replicas=size, rank=rank, seed=a.seed)
     steps = len(sampler) // (a.batch * a.accum)
+    global_micro = a.batch * first_size  # a micro-batch's samples over all ranks, however many are left
+    kill_epoch, kill_step = (int(x) for x in a.kill_at.split(":"))
     if a.steps:
         steps = min(steps, a.steps)
+    csv = None  # rank 0's; after rank 0 died (--elastic) the survivors' rank 0 takes the file over
     if rank == 0:
         os.makedirs(a.out, exist_ok=True)
         csv = open(os.path.join(a.out, "metrics.csv"), "w")
         csv.write("epoch,loss,test_accuracy,samples_per_s,exposed_comm_share,step_ms\n")
+        csv.flush()
         print(f"# train.py: {a.model}, {size} ranks, backend {a.backend}, batch {a.batch} x {a.accum}, {steps} steps per epoch")
     for epoch in range(1, a.epochs + 1):
         sampler.set_epoch(epoch)
-        idx = torch.tensor(list(sampler))
+        order = global_order(len(train_x), first_size, a.seed, epoch)
         t0, loss_sum = time.perf_counter(), 0.0
         model.train()
-        for s in range(steps):
-            for k in range(a.accum):
-                b = idx[(s * a.accum + k) * a.batch:(s * a.accum + k + 1) * a.batch]
-                with model.no_sync() if k < a.accum - 1 else contextlib.nullcontext():
-                    loss = F.cross_entropy(model(train_x[b]), train_y[b]) / a.accum
-                    loss.backward()
-                loss_sum += loss.item()
-            opt.step()
-            opt.zero_grad()
-            if rank == 0 and (s + 1) % max(1, steps // 4) == 0:
-                print(f"  epoch {epoch}  step {s + 1}/{steps}  loss {loss_sum / (s + 1):.4f}", flush=True)
+        s = 0
+        while s < steps:
+            if first_rank == a.kill_rank and (epoch, s) == (kill_epoch, kill_step):
+                os.kill(os.getpid(), signal.SIGKILL)
+            try:
+                step_loss = 0.0
+                for k in range(a.accum):
+                    # Positions base .. base + global_micro of the epoch's order, every size-th
+                    # from this rank: the sampler's shard while no rank is lost.
+                    base = (s * a.accum + k) * global_micro
+                    b = order[base + rank:base + global_micro:size]
+                    weight = len(b) * size / global_micro  # 1 while every rank takes a.batch samples
+                    with model.no_sync() if k < a.accum - 1 else contextlib.nullcontext():
+                        loss = F.cross_entropy(model(train_x[b]), train_y[b]) * weight / a.accum
+                        loss.backward()
+                    step_loss += loss.item()
+                opt.step()
+                opt.zero_grad()
+            except RuntimeError as e:
+                if not a.elastic:
+                    raise
+                opt.zero_grad()
+                model, s = recover(model, opt, s, e, a.bucket_mb)
+                rank, size = dist.get_rank(), dist.get_world_size()
+                continue
+            loss_sum += step_loss
+            s += 1
+            if rank == 0 and s % max(1, steps // 4) == 0:
+                print(f"  epoch {epoch}  step {s}/{steps}  loss {loss_sum / s:.4f}", flush=True)
         took = time.perf_counter() - t0
         model.eval()
         with torch.no_grad():
@@ -119,6 +202,7 @@ def main():
         figs = torch.tensor([loss_sum / max(1, steps), float(correct), float(len(mine)), took], dtype=torch.float64)
         dist.all_reduce(figs)
         if rank == 0:
+            csv = csv or open(os.path.join(a.out, "metrics.csv"), "a")
             loss, acc = figs[0].item() / size, figs[1].item() / figs[2].item()
             sps = steps * a.batch * a.accum * size / (figs[3].item() / size)
             print(f"epoch {epoch}  loss {loss:.4f}  test accuracy {100 * acc:.2f}%  {sps:.0f} samples/s")

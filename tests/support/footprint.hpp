@@ -44,8 +44,7 @@ struct Footprint {
   // More descriptors, threads, files or pinned memory than `before` (resident memory is the
   // caller's to judge: allocators keep some).
   bool holds_more_than(const Footprint& before) const {
-    return fds > before.fds || threads > before.threads || shm_files > before.shm_files ||
-           pinned_kb > before.pinned_kb;
+    return fds > before.fds || threads > before.threads || shm_files > before.shm_files || pinned_kb > before.pinned_kb;
   }
   // Now, or up to 2 s later while it still holds more than `before`: a descriptor or thread
   // still closing when the snapshot was taken (a loaded machine) is no leak.

@@ -80,6 +80,28 @@ def dcomm_run(n, *args, timeout=600, script=TORCH2):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
+def elastic_twin():
+    """examples/ddp_trainer/train.py --elastic under dcomm-run, 4 processes, MLP on 6,000 images:
+    rank 0 killed at step 5 of epoch 1; the survivors go on (dist.shrink_group) and end within 2
+    points of the uninterrupted run's accuracy."""
+    script = os.path.join(HERE, "..", "..", "examples", "ddp_trainer", "train.py")
+    out = tempfile.mkdtemp(prefix="dcomm-twin-")
+    flags = ["--model", "mlp", "--epochs", "2", "--batch", "32", "--train-limit", "6000"]
+    whole = dcomm_run(4, *flags, "--out", f"{out}/whole", script=script)
+    kill = dcomm_run(4, *flags, "--out", f"{out}/kill", "--elastic", "--kill-rank", "0", "--kill-at", "1:5",
+                     script=script)
+
+    def accuracy(run):
+        rows = open(f"{out}/{run}/metrics.csv").read().split()
+        return float(rows[-1].split(",")[2]) if len(rows) > 2 else -1.0
+    a, b = accuracy("kill"), accuracy("whole")
+    ok = (whole.returncode == 0 and kill.returncode == 0 and abs(a - b) <= 0.02 and
+          "--elastic: lost rank 0; 3 ranks go on from step 5" in kill.stdout)
+    kill.stdout += f"\naccuracy {100 * a:.2f}% against {100 * b:.2f}% uninterrupted\n"
+    kill.returncode = 0 if ok else 1
+    return kill
+
+
 def spawn(n, *args, timeout=600):
     procs = []
     for r in range(n):
@@ -189,6 +211,8 @@ def main():
              lambda: dcomm_run(4, "shrink", "2", "default")),
             ("dist.shrink_group past a killed rank 0 of 3 (SHRINK_ABORT), DDP after, under dcomm-run",
              lambda: dcomm_run(3, "shrink", "0", "abort")),
+            *([("train.py --elastic past a killed rank 0 of 4, accuracy as uninterrupted, under dcomm-run",
+                elastic_twin)] if os.path.isdir("/usr/share/datasets/fashion-mnist") else []),
         ]
     if quick:
         runs = runs[:1]

@@ -151,11 +151,11 @@ def elastic():
             path = f"{log}.{r}"
             mine = []
             for line in open(path).read().splitlines() if os.path.exists(path) else []:
-                what, epoch, step, *idx = line.split()
+                what, epoch, step, *rest = line.split()
                 if what == "rollback":  # this rank's steps from there on were redone by all
                     mine = [m for m in mine if not (m[0] == int(epoch) and m[1] >= int(step))]
-                else:
-                    mine.append((int(epoch), int(step), list(map(int, idx))))
+                else:  # its loss, then its samples
+                    mine.append((int(epoch), int(step), list(map(int, rest[1:]))))
             for epoch, step, idx in mine:
                 applied.setdefault((epoch, step), []).extend(idx)
         for epoch in (1, 2):
