@@ -129,11 +129,17 @@ class PeerPort {
     return s;
   }
   // A call that ends before its rendezvous landed (a failure): the wire stops writing into the
-  // user's buffer before the call returns (it waits up to two seconds for the wire to let go).
+  // user's buffer before the call returns. On an aborted communicator the wire stops for good
+  // (a receive from a dead peer may never be let go of: UCX cannot cancel a rendezvous it has
+  // begun); otherwise it waits up to two seconds for the wire to let go.
   void withdraw_landing() {
     Landing* l = conn_->landing();
     if (!l || l->slot.load() == 0) return;
     l->slot.store(0);
+    if (abort_->aborted()) {
+      conn_->stop_wire();
+      return;
+    }
     Deadline d(std::chrono::milliseconds(2000));
     while (l->busy.load() > 0 && !d.expired()) {
       conn_->notify();

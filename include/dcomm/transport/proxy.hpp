@@ -455,6 +455,7 @@ class ProxiedConnection final : public Connection {
   bool proxied() const override { return true; }
   bool takes_references() const override { return link_->takes_references(); }
   Landing* landing() const override { return link_->lands_payloads() ? &link_->landing : nullptr; }
+  void stop_wire() override { proxy_->quiesce(); }  // every link: the communicator is done
   const char* kind() const override { return link_->kind(); }
   size_t staging_bytes() const override { return link_->send.bytes + link_->recv.bytes; }
   // The proxy flushes and closes the wire; the local FIFOs need no goodbye.

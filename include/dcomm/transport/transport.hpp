@@ -78,6 +78,9 @@ class Connection {
   // Where the rank posts the destination of a rendezvous slot (transport/fifo.hpp): the
   // proxied TCP and UCX links; null where the wire cannot land a payload in the user's buffer.
   virtual Landing* landing() const { return nullptr; }
+  // The communicator was aborted: the wire stops for good, and writes into the rank's memory no
+  // more (a landing it still holds may be let go of at once).
+  virtual void stop_wire() {}
   virtual const char* kind() const = 0;
   // Staging memory this rank holds for the link: the FIFO it receives on (and, over TCP, its
   // local send FIFO too).
