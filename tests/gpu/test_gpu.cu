@@ -476,12 +476,16 @@ TEST_CASE("an all_reduce captured into a CUDA graph gives fresh results on every
   });
 }
 
-TEST_CASE("a kernel waiting for a rank that never comes ends on abort() and on the deadline, naming the rank") {
+// The revoke comes from the other rank's host communicator: its fan-out aborts rank 0's, whose
+// watchdog raises the kernels' abort flag.
+TEST_CASE(
+    "a kernel waiting for a rank that never comes ends on abort(), on another rank's revoke() and on the deadline") {
   small_slots();
-  for (bool use_abort : {true, false}) {
-    CAPTURE(use_abort);
+  for (const std::string how : {"abort", "revoke", "deadline"}) {
+    CAPTURE(how);
+    const bool deadline = how == "deadline";
     auto comms = Communicator::create_local(
-        2, test_config(TransportChoice::kAuto, use_abort ? std::chrono::seconds(60) : std::chrono::milliseconds(500)));
+        2, test_config(TransportChoice::kAuto, deadline ? std::chrono::milliseconds(500) : std::chrono::seconds(60)));
     REQUIRE(comms.ok());
     std::vector<std::unique_ptr<DeviceCommunicator>> devs(2);
     on_ranks(*comms, [&](Communicator& c) {
@@ -495,15 +499,17 @@ TEST_CASE("a kernel waiting for a rank that never comes ends on abort() and on t
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     DeviceBuf<float> a(1 << 20);
     REQUIRE(devs[0]->all_reduce(a.p, a.p, 1 << 20, DataType::kFloat32, ReduceOp::kSum, s).ok());  // rank 1 never calls
-    if (use_abort) {
+    if (!deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      devs[0]->abort("the test gives up");
+      if (how == "abort") devs[0]->abort("the test gives up");
+      else (*comms)[1]->revoke();
     }
     CUDA_OK(cudaStreamSynchronize(s));  // returns: the kernel gave up (else ctest's timeout ends the test)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the watchdog reads the kernel's report
     Status e = devs[0]->error();
     CHECK_FALSE(e.ok());
-    if (!use_abort) {
+    if (how == "revoke") CHECK_MESSAGE((*comms)[0]->aborted(), "rank 0's host communicator after rank 1's revoke");
+    if (deadline) {
       CHECK_MESSAGE(e.message().find("timed out") != std::string::npos, e.message());
       CHECK_MESSAGE(e.message().find("rank 1") != std::string::npos, e.message());
     }
