@@ -110,13 +110,14 @@ class MembershipCalls {
     const int leader = survivors.front();
     auto at = parse_address(c.peers_[static_cast<size_t>(leader)].spare);
     if (!at.ok()) return fail(at.status().with_context(detail::cat("rank ", leader, "'s spare port")));
-    std::shared_ptr<StoreServer> server;
-    if (leader == c.rank_) {
-      if (!spare_.valid()) return fail(make_error(ErrorCode::kUnsupported, "this rank led a shrink already"));
-      auto s = StoreServer::start(std::move(spare_), at->host, c.access_, StoreLimits{});
-      if (!s.ok()) return fail(s.status());
-      server = *s;
+    // The leader serves on its spare port, from its first shrink on: a shrink tried again (the
+    // survivors disagreed, say) or a second one of this communicator reuses the store.
+    if (leader == c.rank_ && !shrink_store_) {
+      auto started = StoreServer::start(std::move(spare_), at->host, c.access_, StoreLimits{});
+      if (!started.ok()) return fail(started.status());
+      shrink_store_ = *started;
     }
+    std::shared_ptr<StoreServer> server = leader == c.rank_ ? shrink_store_ : nullptr;
     const std::string prefix = detail::cat(c.prefix_, "k", shrink_count_++);
     auto agreed = agree_on_shrink(*at, prefix, *set, survivors);
     if (!agreed.ok()) return fail(agreed.status());
@@ -295,8 +296,9 @@ class MembershipCalls {
   }
 
   int split_count_ = 0, shrink_count_ = 0;
-  Socket spare_;                     // bound at set-up; a shrink led by this rank serves its store here
-  std::optional<UniqueId> grow_id_;  // handed out by grow_id(), not yet used by grow()
+  Socket spare_;                               // bound at set-up; a shrink led by this rank serves its store here
+  std::shared_ptr<StoreServer> shrink_store_;  // that store, once served
+  std::optional<UniqueId> grow_id_;            // handed out by grow_id(), not yet used by grow()
 };
 
 DCOMM_NAMESPACE_END
