@@ -96,12 +96,12 @@ class MembershipCalls {
   // not call it); every survivor must pass the same set, or it fails on all of them naming the
   // difference. A survivor that dies during the shrink is named, never waited on past the
   // timeout. This communicator is left as it was (revoked in abort mode).
-  Result<std::unique_ptr<Comm>> shrink(std::vector<int> excluded, ShrinkMode mode = ShrinkMode::kDefault) {
+  Result<std::unique_ptr<Comm>> shrink(const std::vector<int>& excluded, ShrinkMode mode = ShrinkMode::kDefault) {
     Comm& c = self();
     auto fail = [&](const Status& s) {
       return s.with_context(detail::cat("shrink on rank ", c.rank_, " of ", c.size_));
     };
-    auto set = detail::exclusion_set(std::move(excluded), c.rank_, c.size_);
+    auto set = detail::exclusion_set(excluded, c.rank_, c.size_);
     if (!set.ok()) return fail(set.status());
     DCOMM_RETURN_IF_ERROR(fail(quiesce(mode)));
     std::vector<int> survivors;
