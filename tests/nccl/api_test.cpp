@@ -297,9 +297,10 @@ void errors(ncclComm_t comm) {
         "a float64 PreMulSum accepted for float32");
   NCCL_OK(ncclRedOpDestroy(op, comm));
   CHECK(ncclRedOpDestroy(op, comm) == ncclInvalidArgument, "a PreMulSum destroyed twice");
+  // ncclCommShrink's arguments are checked on the caller's rank before anything is sent.
   ncclComm_t none;
-  CHECK(ncclCommShrink(comm, nullptr, 0, &none, nullptr, 0) == ncclInvalidUsage,
-        "ncclCommShrink did not say it is unsupported");
+  CHECK(ncclCommShrink(comm, nullptr, 1, &none, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument,
+        "ncclCommShrink: one excluded rank at NULL accepted");
   CHECK(ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd without start accepted");
   CHECK(std::strcmp(ncclGetErrorString(ncclRemoteError), "remote process exited or there was a network error") == 0,
         "error string");
@@ -361,6 +362,28 @@ void split(ncclComm_t comm) {
   NCCL_OK(ncclCommDestroy(sub));
 }
 
+// Between processes: rank 0 is excluded (as if it had died); the others shrink past it and sum
+// on the survivors' comm, ranks renumbered in order.
+void shrink(ncclComm_t comm) {
+  int excluded = 0;
+  ncclComm_t survivors = nullptr;
+  if (g_rank == 0) {  // an excluded rank that calls anyway is refused at once, on its own
+    CHECK(ncclCommShrink(comm, &excluded, 1, &survivors, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument &&
+              std::strstr(ncclGetLastError(nullptr), "own exclude list") != nullptr,
+          "ncclCommShrink excluding the caller: '%s'", ncclGetLastError(nullptr));
+    return;
+  }
+  NCCL_OK(ncclCommShrink(comm, &excluded, 1, &survivors, nullptr, NCCL_SHRINK_DEFAULT));
+  int n = 0, r = -1;
+  NCCL_OK(ncclCommCount(survivors, &n));
+  NCCL_OK(ncclCommUserRank(survivors, &r));
+  CHECK(n == g_size - 1 && r == g_rank - 1, "the survivors' comm: count %d rank %d", n, r);
+  int v = g_rank;
+  NCCL_OK(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, survivors, nullptr));
+  CHECK(v == g_size * (g_size - 1) / 2, "all_reduce on the survivors got %d", v);
+  NCCL_OK(ncclCommDestroy(survivors));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -404,6 +427,8 @@ int main(int argc, char** argv) {
   errors(c);
   queries_and_memory(a);
   split(a);
+  shrink(a);
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 0 waits here while the others shrink past it
 
   // Collectives on two communicators in one group.
   int x = 1, y = 2;
