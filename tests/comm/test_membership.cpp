@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <latch>
 #include <numeric>
 
 #include "support/ranks.hpp"
@@ -126,15 +127,16 @@ TEST_CASE("shrink's arguments: out of range, twice, itself, everyone; each names
 TEST_CASE("shrink in default mode with a call in flight is refused at once; abort mode ends the call first") {
   Comms comms = make(3, TransportChoice::kShm);
   std::atomic<int> refused{0};
+  std::latch both_refused(2);  // neither revokes (abort mode) before the other's default-mode try
   Comms shrunk(3);
   on_ranks(comms, [&](Communicator& c) {
     if (c.rank() == 2) return;  // never joins: the all_reduce below waits for it
     std::vector<float> x(1000, 1.0f);
-    Work pending = c.all_reduce_async(std::span(x), ReduceOp::kSum);
-    std::this_thread::sleep_for(50ms);
+    Work pending = c.all_reduce_async(std::span(x), ReduceOp::kSum);  // in flight from here
     auto s = c.shrink({2});
     CHECK(s.status().code() == ErrorCode::kInvalidArgument);
     if (contains(s.status(), "still in flight")) ++refused;
+    both_refused.arrive_and_wait();
     auto a = c.shrink({2}, ShrinkMode::kAbort);
     REQUIRE_MESSAGE(a.ok(), a.status().message());
     Status ended = pending.wait();
