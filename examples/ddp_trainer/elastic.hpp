@@ -8,11 +8,21 @@
 // before the death may be one ahead); the parameters and momentum of a survivor at that step go
 // to all, so every survivor holds the same state again. The caller keeps the global batch and the
 // learning rate and splits each global batch over the survivors (main.cpp).
+//
+// --rejoin FILE: a process started in a dead rank's place (dcomm-run --max-restarts) joins again.
+// The survivors learn which launch ranks are missing, their rank 0 hands out a grow id and writes
+// it to FILE with the new ranks, every survivor grows the communicator, and the new processes
+// (rejoin()) join it and take rank 0's position, parameters and momentum.
 #pragma once
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -53,6 +63,49 @@ inline void broadcast_momentum(dcomm::Communicator& comm, torch::optim::SGD& opt
     check(comm.broadcast(buf.data_ptr(), buf.data_ptr(), static_cast<size_t>(buf.numel()), dcomm::DataType::kFloat32,
                          root),
           "broadcasting the momentum");
+  }
+}
+
+// Where training stands: what a process that joins takes from rank 0 (share_state).
+struct Position {
+  int64_t epoch = 1, step = 0, steps = 0, global_micro = 0;
+  double loss_scale = 1;
+};
+
+// Every rank takes root's parameters and momentum (and position, when given).
+inline void share_state(dcomm::Communicator& comm, GradSync& sync, torch::optim::SGD& opt,
+                        const std::vector<torch::Tensor>& params, int root, Position* at = nullptr) {
+  if (at) check(comm.broadcast(at, at, sizeof(Position), dcomm::DataType::kUint8, root), "sharing the position");
+  sync.broadcast_parameters(root);
+  broadcast_momentum(comm, opt, params, root);
+}
+
+// On a process started in the place of launch rank `launch_rank`: waits (until `within`) for the
+// survivors' FILE to name its new rank, and joins their communicator as it.
+inline std::unique_ptr<dcomm::Communicator> rejoin(const std::string& file, int launch_rank,
+                                                   std::chrono::milliseconds within) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  for (;; std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
+    std::ifstream in(file);
+    std::string magic, id_text;
+    int size = 0;
+    if (in >> magic >> size >> id_text && magic == "dcomm-rejoin") {
+      int launch = -1, rank = -1;
+      while (in >> launch && in.ignore(1) && in >> rank)
+        if (launch == launch_rank) break;
+      if (launch != launch_rank)
+        throw std::runtime_error(file + " names no rank for launch rank " + std::to_string(launch_rank));
+      auto id = dcomm::UniqueId::parse(id_text);
+      check(id.status(), "reading the grow id");
+      auto config = dcomm::Config::from_env();
+      check(config.status(), "reading the configuration");
+      auto joined = dcomm::Communicator::join(rank, size, *id, *config);
+      check(joined.status(), "joining the survivors");
+      return std::move(*joined);
+    }
+    if (std::chrono::steady_clock::now() > until)
+      throw std::runtime_error("--rejoin: no survivor wrote " + file + " within " + std::to_string(within.count()) +
+                               " ms");
   }
 }
 
@@ -102,6 +155,44 @@ class Elastic {
       std::fflush(stdout);
     }
     return redo;
+  }
+
+  // --rejoin, on every survivor after recover(): grows the communicator back over the processes
+  // started in the missing launch ranks' places, which take rank 0's state and position `at`.
+  void grow_back(const std::string& file, int launch_rank, Position at, GradSync& sync, torch::optim::SGD& opt,
+                 const std::vector<torch::Tensor>& params, int launch_size) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<int32_t> present(static_cast<size_t>(comm_->size()));
+    const int32_t me = launch_rank;
+    check(comm_->all_gather(&me, present.data(), 1, dcomm::DataType::kInt32), "learning the missing ranks");
+    std::string names;
+    int next = comm_->size();
+    for (int r = 0; r < launch_size; ++r)
+      if (std::find(present.begin(), present.end(), r) == present.end())
+        names += " " + std::to_string(r) + ":" + std::to_string(next++);
+    if (next == comm_->size()) return;
+    std::optional<dcomm::UniqueId> id;
+    if (comm_->rank() == 0) {
+      auto made = comm_->grow_id();
+      check(made.status(), "handing out the grow id");
+      id = *made;
+      const std::string tmp = file + ".tmp";
+      std::ofstream(tmp) << "dcomm-rejoin " << next << " " << id->to_string() << names << "\n";
+      if (std::rename(tmp.c_str(), file.c_str()) != 0) throw std::runtime_error("cannot write " + file);
+    }
+    auto grown = comm_->grow(next, id ? &*id : nullptr);
+    if (comm_->rank() == 0) std::remove(file.c_str());  // a later restart waits for a new one
+    check(grown.status(), "growing back to the restarted ranks");
+    owned_.push_back(std::move(*grown));
+    comm_ = owned_.back().get();
+    sync.use(*comm_);
+    share_state(*comm_, sync, opt, params, 0, &at);
+    if (comm_->rank() == 0) {
+      std::printf("--rejoin: launch rank:new rank%s joined; %d ranks go on from step %lld (%.1f ms)\n", names.c_str(),
+                  comm_->size(), static_cast<long long>(at.step),
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      std::fflush(stdout);
+    }
   }
 
  private:

@@ -64,6 +64,7 @@ struct Options {
   int kill_epoch = 1;    // of epoch kill_epoch (--kill-at E:S)
   int64_t kill_step = -1;
   std::string log_samples;  // each rank appends the sample indices of its applied steps to FILE.<rank>
+  std::string rejoin;       // --elastic: a restarted rank joins again, through this file (elastic.hpp)
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -73,7 +74,7 @@ struct Options {
                "                   [--lr X] [--momentum X] [--bucket-mb X] [--grad-dtype fp32|bf16|fp16] [--amp]\n"
                "                   [--no-overlap] [--out DIR] [--resume] [--stop-after E] [--steps N]\n"
                "                   [--train-limit N] [--local-ranks N] [--threads N] [--seed S]\n"
-               "                   [--dump-params FILE] [--quiet] [--elastic] [--log-samples FILE]\n"
+               "                   [--dump-params FILE] [--quiet] [--elastic [--rejoin FILE]] [--log-samples FILE]\n"
                "                   [--kill-rank R --kill-at E:S (tests: rank R dies in step S of epoch E)]\n",
                why.c_str());
   std::exit(2);
@@ -118,6 +119,7 @@ Options parse(int argc, char** argv) {
     else if (f == "--quiet") o.quiet = true;
     else if (f == "--elastic") o.elastic = true;
     else if (f == "--log-samples") o.log_samples = value();
+    else if (f == "--rejoin") o.rejoin = value();
     else if (f == "--kill-rank") o.kill_rank = static_cast<int>(number(0, 1 << 20));
     else if (f == "--kill-at") {
       const std::string v = value();
@@ -129,6 +131,7 @@ Options parse(int argc, char** argv) {
   if (o.model != "cnn" && o.model != "mlp") usage("--model is cnn or mlp, not " + o.model);
   if (o.grad_dtype != "fp32" && o.grad_dtype != "bf16" && o.grad_dtype != "fp16")
     usage("--grad-dtype is fp32, bf16 or fp16, not " + o.grad_dtype);
+  if (!o.rejoin.empty() && !o.elastic) usage("--rejoin needs --elastic");
   return o;
 }
 
@@ -263,12 +266,13 @@ void log_samples(const Options& o, int rank, const std::string& line) {
   std::ofstream(o.log_samples + "." + std::to_string(rank), std::ios::app) << line << std::flush;
 }
 
+// launch_rank: the rank the launcher gave this process (its --kill-rank and --log-samples name);
+// joined: it was started again in a dead rank's place and joined the survivors (--rejoin).
 int train_rank(const Options& o, dcomm::Communicator& first, const trainer::Split& train_all,
-               const trainer::Split& test) {
+               const trainer::Split& test, int launch_rank, bool joined) {
   trainer::Elastic elastic(first);  // comm(): the survivors' communicator after a death (--elastic)
   const auto comm = [&]() -> dcomm::Communicator& { return elastic.comm(); };
-  const int first_rank = first.rank(), first_size = first.size();
-  int rank = first_rank, size = first_size;
+  int rank = first.rank(), size = first.size();
   bool lead = rank == 0;
   std::shared_ptr<torch::nn::Module> net;
   torch::nn::AnyModule model;
@@ -297,17 +301,25 @@ int train_rank(const Options& o, dcomm::Communicator& first, const trainer::Spli
   LossScale ls;
   ls.on = wire == torch::kFloat16;
   int first_epoch = 1;
-  if (o.resume) first_epoch = load_checkpoint(o, *net, opt, ls) + 1;
-  sync.broadcast_parameters();
+  if (o.resume && !joined) first_epoch = load_checkpoint(o, *net, opt, ls) + 1;
+  trainer::Position at;  // a process that joins starts where rank 0 stands
+  if (joined) {
+    trainer::share_state(first, sync, opt, params, 0, &at);
+    first_epoch = static_cast<int>(at.epoch), ls.scale = at.loss_scale;
+  } else {
+    sync.broadcast_parameters();
+  }
 
   const int64_t n =
       o.train_limit > 0 ? std::min<int64_t>(o.train_limit, train_all.images.size(0)) : train_all.images.size(0);
   // The global batch stays micro * first_size samples per micro-batch, however many ranks are left.
   trainer::DistributedSampler sampler(n, rank, size, o.seed);
+  const int first_size = joined ? static_cast<int>(at.global_micro / o.batch) : first.size();  // the launch's
   const int64_t global_micro = static_cast<int64_t>(o.batch) * first_size;
   const int64_t micro = o.batch, per_step = micro * o.accum;
   int64_t steps = sampler.per_rank() / per_step;  // the last partial batch is dropped, alike on every rank
   if (o.steps > 0) steps = std::min(steps, o.steps);
+  if (joined) steps = at.steps;
   if (lead && !o.quiet)
     std::printf(
         "# ddp_trainer: %s, %d ranks, batch %d per rank x %d accumulated (global %lld), %lld steps per epoch, "
@@ -332,12 +344,12 @@ int train_rank(const Options& o, dcomm::Communicator& first, const trainer::Spli
     const auto order = sampler.global_order();
     double loss_sum = 0, exposed = 0, step_time = 0;
     const auto t_epoch = Clock::now();
-    for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t s = joined && epoch == first_epoch ? at.step : 0; s < steps; ++s) {
       const auto t_step = Clock::now();
       std::vector<int64_t> used;
       double step_loss = 0;  // this rank's share: the ranks' shares average to the step's loss
       // The tests' death: before this rank's gradients of step s leave, so no survivor can finish it.
-      if (first_rank == o.kill_rank && epoch == o.kill_epoch && s == o.kill_step) raise(SIGKILL);
+      if (launch_rank == o.kill_rank && !joined && epoch == o.kill_epoch && s == o.kill_step) raise(SIGKILL);
       try {
         for (int k = 0; k < o.accum; ++k) {
           // Micro-batch k of step s is positions base .. base + global_micro of the epoch's order;
@@ -372,13 +384,16 @@ int train_rank(const Options& o, dcomm::Communicator& first, const trainer::Spli
         if (!o.elastic) throw;
         opt.zero_grad();
         const int64_t redo = elastic.recover(s, sync, opt, params, e.what());
-        if (redo < s) log_samples(o, first_rank, detail_line("rollback", epoch, redo, {}));
+        if (redo < s) log_samples(o, launch_rank, detail_line("rollback", epoch, redo, {}));
+        if (!o.rejoin.empty())
+          elastic.grow_back(o.rejoin, launch_rank, {epoch, redo, steps, global_micro, ls.scale}, sync, opt, params,
+                            first_size);
         rank = comm().rank(), size = comm().size(), lead = rank == 0;
         s = redo - 1;
         continue;
       }
       loss_sum += step_loss;
-      if (!o.log_samples.empty()) log_samples(o, first_rank, detail_line("step", epoch, s, used, step_loss));
+      if (!o.log_samples.empty()) log_samples(o, launch_rank, detail_line("step", epoch, s, used, step_loss));
       step_time += seconds_since(t_step);
       if (lead && !o.quiet && (tty ? s % 10 == 9 || s + 1 == steps : (s + 1) % std::max<int64_t>(1, steps / 4) == 0))
         std::printf(tty ? "\r  epoch %d  step %lld/%lld  loss %.4f   " : "  epoch %d  step %lld/%lld  loss %.4f\n",
@@ -420,10 +435,11 @@ int train_rank(const Options& o, dcomm::Communicator& first, const trainer::Spli
   return 0;
 }
 
-int run(const Options& o, dcomm::Communicator& comm, const trainer::Split& train, const trainer::Split& test) {
+int run(const Options& o, dcomm::Communicator& comm, const trainer::Split& train, const trainer::Split& test,
+        int launch_rank, bool joined = false) {
   try {
     torch::set_num_threads(o.threads);
-    return train_rank(o, comm, train, test);
+    return train_rank(o, comm, train, test, launch_rank, joined);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp_trainer: rank %d: %s\n", comm.rank(), e.what());
     return 1;
@@ -452,13 +468,24 @@ int main(int argc, char** argv) {
     std::vector<int> codes(comms->size());
     std::vector<std::thread> ranks;
     for (size_t r = 0; r < comms->size(); ++r)
-      ranks.emplace_back([&, r] { codes[r] = run(o, *(*comms)[r], train, test); });
+      ranks.emplace_back([&, r] { codes[r] = run(o, *(*comms)[r], train, test, static_cast<int>(r)); });
     for (auto& t : ranks) t.join();
     for (int c : codes)
       if (c) return c;
     return 0;
   }
+  const int launch_rank = std::getenv("RANK") ? std::atoi(std::getenv("RANK")) : -1;
+  // Started again in a dead rank's place (dcomm-run --max-restarts): join the survivors.
+  if (const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+      !o.rejoin.empty() && restarts && std::atoi(restarts) > 0) {
+    try {
+      auto joined = trainer::rejoin(o.rejoin, launch_rank, std::chrono::seconds(60));
+      return run(o, *joined, train, test, launch_rank, /*joined=*/true);
+    } catch (const std::exception& e) {
+      return std::fprintf(stderr, "ddp_trainer: launch rank %d: %s\n", launch_rank, e.what()), 1;
+    }
+  }
   auto comm = dcomm::Communicator::from_env();
   if (!comm.ok()) return std::fprintf(stderr, "ddp_trainer: %s\n", comm.status().message().c_str()), 1;
-  return run(o, **comm, train, test);
+  return run(o, **comm, train, test, launch_rank >= 0 ? launch_rank : (*comm)->rank());
 }

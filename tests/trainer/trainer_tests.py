@@ -2,7 +2,8 @@
 
     trainer_tests.py TRAINER quick     equivalence (1, 2 and 4 ranks), accumulation, resume,
                                        MLP accuracy, bf16 and fp16 gradients, data errors,
-                                       --elastic past a killed rank (0, and 2) under dcomm-run
+                                       --elastic past a killed rank (0, and 2) under dcomm-run,
+                                       and --rejoin of a restarted rank 0
     trainer_tests.py TRAINER cnn       the CNN reaches 88% in 3 epochs on 2 ranks (slow)
 
 Prints one line per check and exits 1 if any failed.
@@ -31,14 +32,14 @@ def report(ok, what, detail=""):
     print(f"{'ok  ' if ok else 'FAIL'} {what}{(': ' + detail) if detail else ''}", flush=True)
 
 
-def train(name, *flags, ranks=1, launcher="threads", check=True):
+def train(name, *flags, ranks=1, launcher="threads", check=True, restarts=0):
     """Runs the trainer; returns (completed process, final parameters or None, metrics rows)."""
     out = os.path.join(TMP, name)
     params = os.path.join(out, "params.bin")
     os.makedirs(out, exist_ok=True)
     args = [TRAINER, "--out", out, "--dump-params", params, "--data", DATA, "--quiet", *flags]
     if launcher == "dcomm-run":  # keeps the survivors of a killed rank running (--elastic)
-        cmd = [RUN, "-n", str(ranks), "--", *args]
+        cmd = [RUN, "-n", str(ranks), "--max-restarts", str(restarts), "--", *args]
     elif launcher == "torchrun":
         cmd = [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-r", "1", "-t", "1",
                "--log_dir", os.path.join(out, "logs"), "--no_python", *args]
@@ -135,24 +136,31 @@ def quick():
 def elastic():
     """--elastic under dcomm-run, 4 processes: a rank (rank 0 once, which serves the first store)
     is killed with SIGKILL inside step 5 of epoch 1; the other three shrink past it, keep the global
-    batch and the learning rate, and go on from that step. Each epoch's applied steps use every
+    batch and the learning rate, and go on from that step. With --rejoin (and dcomm-run
+    --max-restarts 1), the restarted rank 0 joins the three again as rank 3 from that step. Each epoch's applied steps use every
     sample of the epoch's global batches exactly once, and the run ends near the uninterrupted one."""
     flags = ["--model", "mlp", "--epochs", "2", "--train-limit", "6000", "--batch", "32"]
     steps, batch = (6000 // 4) // 32, 32 * 4
     _, _, whole = train("elastic-whole", *flags, ranks=4, launcher="dcomm-run")
-    for victim in (0, 2):
-        log = os.path.join(TMP, f"elastic-{victim}-samples")
-        p, _, rows = train(f"elastic-kill-{victim}", *flags, "--elastic", "--kill-rank", str(victim), "--kill-at",
-                           "1:5", "--log-samples", log, ranks=4, launcher="dcomm-run")
+    for victim, rejoin in ((0, False), (2, False), (0, True)):
+        name = f"elastic-{'rejoin' if rejoin else 'kill'}-{victim}"
+        log = os.path.join(TMP, f"{name}-samples")
+        extra = ["--rejoin", os.path.join(TMP, f"{name}-id")] if rejoin else []
+        p, _, rows = train(name, *flags, "--elastic", "--kill-rank", str(victim), "--kill-at", "1:5", "--log-samples",
+                           log, *extra, ranks=4, launcher="dcomm-run", restarts=1 if rejoin else 0)
+        what = f"rank {victim} killed{' and restarted (--rejoin)' if rejoin else ''}"
         report(f"--elastic: lost rank {victim}; 3 ranks go on from step 5" in p.stdout,
-               f"rank {victim} killed in step 5: the survivors go on from step 5", p.stdout[-500:])
-        applied = {}  # (epoch, step) -> indices, over every rank's log
+               f"{what}: the survivors go on from step 5", p.stdout[-500:])
+        if rejoin:
+            report(f"--rejoin: launch rank:new rank {victim}:3 joined; 4 ranks go on from step 5" in p.stdout,
+                   f"{what}: the new process joins as rank 3 and the 4 go on from step 5", p.stdout[-500:])
+        applied = {}  # (epoch, step) -> indices, over every rank's log (a restarted rank appends to its own)
         for r in range(4):
             path = f"{log}.{r}"
             mine = []
             for line in open(path).read().splitlines() if os.path.exists(path) else []:
-                what, epoch, step, *rest = line.split()
-                if what == "rollback":  # this rank's steps from there on were redone by all
+                what_, epoch, step, *rest = line.split()
+                if what_ == "rollback":  # this rank's steps from there on were redone by all
                     mine = [m for m in mine if not (m[0] == int(epoch) and m[1] >= int(step))]
                 else:  # its loss, then its samples
                     mine.append((int(epoch), int(step), list(map(int, rest[1:]))))
@@ -162,11 +170,11 @@ def elastic():
             got = [i for (e, _), idx in applied.items() if e == epoch for i in idx]
             steps_seen = len([1 for (e, _) in applied if e == epoch])
             report(steps_seen == steps and len(got) == steps * batch and len(set(got)) == len(got),
-                   f"rank {victim} killed: epoch {epoch}'s {steps} steps use {steps * batch} samples, each once",
+                   f"{what}: epoch {epoch}'s {steps} steps use {steps * batch} samples, each once",
                    f"{steps_seen} steps, {len(got)} samples, {len(set(got))} distinct")
         if rows and whole:
             a, b = rows[-1]["test_accuracy"], whole[-1]["test_accuracy"]
-            report(abs(a - b) <= 0.02, f"rank {victim} killed: accuracy within 2 points of the uninterrupted run",
+            report(abs(a - b) <= 0.02, f"{what}: accuracy within 2 points of the uninterrupted run",
                    f"{100 * a:.2f}% against {100 * b:.2f}%")
 
 
