@@ -25,7 +25,10 @@ def _create(store, rank, size, timeout):
 def _create_extended(opts, backend_options):
     """torch 2's creator: a group split from an eagerly initialized dcomm group (new_group,
     new_subgroups, DeviceMesh after init_process_group(device_id=...)) is made from its
-    parent's communicator, with no new rendezvous; any other group rendezvouses on its store."""
+    parent's communicator, with no new rendezvous; one made with enable_reconfigure=True waits
+    for dist._reconfigure; any other group rendezvouses on its store."""
+    if getattr(opts, "enable_reconfigure", False):  # no communicator until dist._reconfigure
+        return _C.create_unconfigured(opts.group_rank, opts.group_size, opts.timeout)
     parent = getattr(opts, "split_from", None)
     if isinstance(parent, _C.ProcessGroupDcomm):
         ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))

@@ -72,11 +72,11 @@ def parallel_runs():
     return bool(bad)
 
 
-def dcomm_run(n, *args, timeout=600, script=TORCH2):
+def dcomm_run(n, *args, timeout=600, script=TORCH2, restarts=0):
     """n ranks under dcomm-run (DCOMM_RUN, else the build's), which keeps the survivors of a killed
-    rank running: torchrun's agent would stop them."""
+    rank running (torchrun's agent would stop them), and starts one again `restarts` times."""
     launcher = os.environ.get("DCOMM_RUN") or os.path.join(HERE, "..", "..", "build", "tools", "dcomm-run")
-    cmd = [launcher, "-n", str(n), "--", PY, script, *args]
+    cmd = [launcher, "-n", str(n), "--max-restarts", str(restarts), "--", PY, script, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -211,6 +211,8 @@ def main():
              lambda: dcomm_run(4, "shrink", "2", "default")),
             ("dist.shrink_group past a killed rank 0 of 3 (SHRINK_ABORT), DDP after, under dcomm-run",
              lambda: dcomm_run(3, "shrink", "0", "abort")),
+            ("dist._reconfigure: 4 ranks, rank 0 killed, 3 survivors, the restarted rank 0 joined again, DDP after",
+             lambda: dcomm_run(4, "reconfigure", "0", tempfile.mkdtemp(prefix="dcomm-reconf-"), restarts=1)),
             *([("train.py --elastic past a killed rank 0 of 4, accuracy as uninterrupted, under dcomm-run",
                 elastic_twin)] if os.path.isdir("/usr/share/datasets/fashion-mnist") else []),
         ]

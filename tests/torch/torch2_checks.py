@@ -10,6 +10,10 @@ build on it, one rank of a check (tests/torch/run_checks.py starts the ranks und
                                         the ring, map_remote_tensor of allocate_tensor memory
     torch2_checks.py shrink VICTIM default|abort   under dcomm-run: VICTIM killed mid-all_reduce, then
                                         dist.shrink_group, an all_reduce and a DDP step on the survivors
+    torch2_checks.py reconfigure VICTIM DIR   under dcomm-run --max-restarts 1: groups made with
+                                        enable_reconfigure and dist._reconfigure (handles swapped
+                                        through files in DIR): 4 ranks, VICTIM killed, the 3 survivors
+                                        (a set of handles), the restarted VICTIM joined again (4), DDP
     torch2_checks.py parallel BACKEND OUT   FSDP2, DTensor on a 2-D mesh, tensor parallelism, functional
                                         collectives (eager, aot_eager, inductor), DDP static_graph,
                                         comm hooks and join(); every result saved to OUT for the
@@ -293,20 +297,10 @@ def check_abort():
     os._exit(1 if failures else 0)
 
 
-def check_shrink(victim, flags):
-    """Run under dcomm-run (the survivors go on): rank `victim` is killed with SIGKILL during an
-    all_reduce; every survivor's call raises naming it, lost_ranks() says which, dist.shrink_group
-    (SHRINK_DEFAULT or SHRINK_ABORT) makes the survivors' group the default one, ranks renumbered;
-    an all_reduce sums exactly on it, and DDP rebuilt over it takes a step with the same result on
-    every survivor (the parameters carry over; the gradients are averaged over the survivors)."""
+def lose_mid_all_reduce(rank, victim):
+    """Rank `victim` kills itself (SIGKILL) while every rank loops on all_reduce; the others' loop
+    ends with an error that names it."""
     import signal
-    from torch.distributed.distributed_c10d import SHRINK_ABORT, SHRINK_DEFAULT
-    rank, n = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    model = nn.Linear(8, 4)  # the same initial parameters on every rank
-    x = torch.ones(1 << 16)
-    for _ in range(3):
-        dist.all_reduce(x)
     if rank == victim:
         threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
     try:
@@ -314,6 +308,34 @@ def check_shrink(victim, flags):
             dist.all_reduce(torch.ones(1 << 16))
     except RuntimeError as e:
         check(f"rank {victim}" in str(e), f"the error does not name rank {victim}: {str(e)[:300]}")
+
+
+def ddp_step_agrees(model, rank, what):
+    """DDP made over the default group (rank 0's parameters to all) takes a step on each rank's own
+    batch: the parameters must then be equal on every rank."""
+    ddp = nn.parallel.DistributedDataParallel(model)
+    ddp(torch.full((2, 8), float(rank))).sum().backward()
+    torch.optim.SGD(ddp.parameters(), lr=0.1).step()
+    mine = torch.cat([p.detach().flatten() for p in ddp.parameters()])
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    check(all(torch.equal(every[0], t) for t in every), f"{what}: parameters differ after a step")
+
+
+def check_shrink(victim, flags):
+    """Run under dcomm-run (the survivors go on): rank `victim` is killed with SIGKILL during an
+    all_reduce; every survivor's call raises naming it, lost_ranks() says which, dist.shrink_group
+    (SHRINK_DEFAULT or SHRINK_ABORT) makes the survivors' group the default one, ranks renumbered;
+    an all_reduce sums exactly on it, and DDP rebuilt over it takes a step with the same result on
+    every survivor (the parameters carry over; the gradients are averaged over the survivors)."""
+    from torch.distributed.distributed_c10d import SHRINK_ABORT, SHRINK_DEFAULT
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)  # the same initial parameters on every rank
+    x = torch.ones(1 << 16)
+    for _ in range(3):
+        dist.all_reduce(x)
+    lose_mid_all_reduce(rank, victim)
     lost, until = [], time.time() + 5
     while not lost and time.time() < until:
         lost = backend_of().lost_ranks()
@@ -325,20 +347,86 @@ def check_shrink(victim, flags):
     y = torch.full((1000,), float(rank + 1))
     dist.all_reduce(y, group=group)
     check(y[999].item() == sum(r + 1 for r in survivors), f"the survivors' all_reduce gave {y[999].item()}")
-    ddp = nn.parallel.DistributedDataParallel(model)
-    ddp(torch.full((2, 8), float(rank))).sum().backward()  # each survivor its own batch
-    torch.optim.SGD(ddp.parameters(), lr=0.1).step()
-    mine = torch.cat([p.detach().flatten() for p in ddp.parameters()])
-    every = [torch.empty_like(mine) for _ in survivors]
-    dist.all_gather(every, mine)
-    check(all(torch.equal(every[0], t) for t in every), "DDP over the survivors: parameters differ after a step")
+    ddp_step_agrees(model, rank, "DDP over the survivors")
     print(f"rank {rank}: shrink past rank {victim} ({flags}): {len(failures)} failures", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if failures else 0)
+
+
+def swap_handles(folder, generation, launch_rank, members, handle):
+    """The out-of-band exchange torch leaves to its caller (torchft's lighthouse, say): each member
+    writes its reconfigure handle to a file of its launch rank, then reads every member's."""
+    mine = os.path.join(folder, f"gen{generation}.{launch_rank}")
+    with open(mine + ".tmp", "w") as f:
+        f.write(handle)
+    os.rename(mine + ".tmp", mine)
+    got, until = {}, time.time() + 60
+    while len(got) < len(members) and time.time() < until:
+        for r in members:
+            path = os.path.join(folder, f"gen{generation}.{r}")
+            if r not in got and os.path.exists(path):
+                got[r] = open(path).read()
+        time.sleep(0.01)
+    check(len(got) == len(members), f"generation {generation}: handles of {sorted(got)} only, not {members}")
+    return [got[r] for r in members]
+
+
+def check_reconfigure(victim, folder):
+    """Run under dcomm-run --max-restarts 1, 4 ranks. Every process makes its default group with
+    enable_reconfigure=True (no communicator until dist._reconfigure; a call before it is refused),
+    and the members swap handles through files. Generation 0: all 4 (a list: ranks by launch rank).
+    VICTIM is killed mid-all_reduce; generation 1: the 3 survivors (a set: ranks by the handles'
+    order); generation 2: the survivors and the process dcomm-run started in VICTIM's place. Each
+    generation sums exactly; DDP made after generation 2 (its parameters from rank 0) takes a step
+    with the same result on every rank. A stale uuid and a list without this process are refused."""
+    launch, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    timeout = datetime.timedelta(seconds=60)
+    dist.init_process_group("dcomm", store=dist.HashStore(), rank=launch, world_size=n, timeout=timeout,
+                            enable_reconfigure=True)
+    check(dist.distributed_c10d._supports_reconfigure(), "the dcomm group does not support reconfigure")
+    raises(lambda: dist.all_reduce(torch.ones(2)), ["enable_reconfigure", "reconfigure"], "a call before reconfigure")
+    handle = dist.distributed_c10d._get_reconfigure_handle()
+    survivors = [r for r in range(n) if r != victim]
+
+    def summed(members):
+        y = torch.full((1000,), float(launch + 1))
+        dist.all_reduce(y)
+        check(y[999].item() == sum(r + 1 for r in members), f"{len(members)} members summed {y[999].item()}")
+
+    if not restarted:
+        handles = swap_handles(folder, 0, launch, list(range(n)), handle)
+        raises(lambda: dist.distributed_c10d._reconfigure(uuid=7, handles=handles[:launch] + handles[launch + 1:]),
+               ["handle", "not among"], "a reconfigure without this process's handle")
+        dist.distributed_c10d._reconfigure(uuid=0, handles=handles).wait()
+        check((dist.get_rank(), dist.get_world_size()) == (launch, n),
+              f"generation 0: rank {dist.get_rank()} of {dist.get_world_size()}")
+        summed(list(range(n)))
+        lose_mid_all_reduce(launch, victim)
+        handles = swap_handles(folder, 1, launch, survivors, handle)
+        dist.distributed_c10d._reconfigure(uuid=1, handles=set(handles)).wait()
+        check((dist.get_rank(), dist.get_world_size()) == (sorted(handles).index(handle), n - 1),
+              f"generation 1: rank {dist.get_rank()} of {dist.get_world_size()}")
+        summed(survivors)
+        raises(lambda: dist.distributed_c10d._reconfigure(uuid=1, handles=handles), ["uuid 1", "used already"],
+               "a reconfigure with a used uuid")
+    handles = swap_handles(folder, 2, launch, list(range(n)), handle)
+    dist.distributed_c10d._reconfigure(uuid=2, handles=handles).wait()
+    check((dist.get_rank(), dist.get_world_size()) == (launch, n),
+          f"generation 2: rank {dist.get_rank()} of {dist.get_world_size()}")
+    summed(list(range(n)))
+    torch.manual_seed(launch)  # different initial parameters: DDP hands rank 0's to all
+    ddp_step_agrees(nn.Linear(8, 4), launch, "DDP after the rejoin")
+    print(f"rank {launch}{' (restarted)' if restarted else ''}: reconfigure past rank {victim}: "
+          f"{len(failures)} failures", flush=True)
     dist.destroy_process_group()
     sys.exit(1 if failures else 0)
 
 
 def main():
     what = sys.argv[1]
+    if what == "reconfigure":
+        check_reconfigure(int(sys.argv[2]), sys.argv[3])
     timeout = datetime.timedelta(seconds=int(os.environ.get("DCOMM_TORCH_TEST_TIMEOUT_S", "120")))
     if what == "parallel":
         import parallel_checks

@@ -150,6 +150,67 @@ c10::intrusive_ptr<BackendBase> ProcessGroupDcomm::shrink(const std::vector<int6
 }
 #endif
 
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+// The handle: a dcomm unique id (its address, nonce and secret) for a store this process serves
+// from the first asking on, for every reconfigure it comes first in.
+c10d::ReconfigureHandle ProcessGroupDcomm::get_reconfigure_handle() const {
+  std::lock_guard<std::mutex> lock(handle_mu_);
+  if (!handle_) {
+    auto id = dcomm::UniqueId::create();
+    if (!id.ok()) raise(id.status().with_context("dcomm: get_reconfigure_handle"));
+    handle_store_ = dcomm::detail::claim_store(id->address);  // held: it outlives each communicator
+    handle_ = *id;
+  }
+  return handle_->to_string();
+}
+
+// Every member calls it with the same uuid and handles. The old communicator (if any) is revoked
+// first, so calls left waiting on a lost member end ("revoked"), and goes once they have; the new
+// one is made on the first handle's store under a prefix of the uuid. Rank and size are this
+// process's place in the handles. Synchronous: the Work returned is complete.
+c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::reconfigure(const c10d::ReconfigureOptions& opts) {
+  TORCH_CHECK(!shut_down_, "dcomm: reconfigure on a process group that was shut down");
+  TORCH_CHECK(opts.hints.empty(), "dcomm: reconfigure takes no hints; got '", opts.hints.begin()->first, "'");
+  TORCH_CHECK(std::find(used_uuids_.begin(), used_uuids_.end(), opts.uuid) == used_uuids_.end(), "dcomm: reconfigure ",
+              "uuid ", opts.uuid, " was used already on this group; every reconfigure needs a fresh one");
+  std::vector<std::string> handles;
+  if (const auto* list = std::get_if<std::vector<c10d::ReconfigureHandle>>(&opts.handles)) {
+    handles = *list;
+  } else {
+    const auto& set = std::get<std::unordered_set<c10d::ReconfigureHandle>>(opts.handles);
+    handles.assign(set.begin(), set.end());
+    std::sort(handles.begin(), handles.end());  // the same order on every member
+  }
+  const std::string mine = get_reconfigure_handle();
+  const auto count = std::count(handles.begin(), handles.end(), mine);
+  TORCH_CHECK(count == 1, "dcomm: reconfigure: this process's handle (get_reconfigure_handle) is ",
+              count == 0 ? "not among" : "named more than once in", " the ", handles.size(), " handles");
+  auto first = dcomm::UniqueId::parse(handles[0]);
+  if (!first.ok()) raise(first.status().with_context("dcomm: reconfigure: handle 0"));
+  first->nonce ^= static_cast<uint64_t>(opts.uuid) * 0x9E3779B97F4A7C15ull;  // one store prefix per uuid
+  const int rank = static_cast<int>(std::find(handles.begin(), handles.end(), mine) - handles.begin());
+  const int size = static_cast<int>(handles.size());
+  dcomm::Config config = config_;
+  if (opts.timeout) config.timeout = *opts.timeout;
+  if (comm_) {
+    comm_->revoke();
+    waitForPendingWorks();
+  }
+  auto made = dcomm::Communicator::init(rank, size, *first, config);
+  if (!made.ok()) raise(made.status().with_context(dcomm::detail::cat("dcomm: reconfigure uuid ", opts.uuid)));
+#ifdef DCOMM_TORCH_CUDA
+  cuda_.reset();  // made again over the new communicator by the next CUDA call
+#endif
+  comm_ = std::move(*made);
+  used_uuids_.push_back(opts.uuid);
+  rank_ = rank, size_ = size;
+  hub_->error = kNoError;
+  auto state = new_state(c10d::OpType::UNKNOWN, {});
+  state->complete(nullptr);
+  return c10::make_intrusive<DcommWork>(rank, c10d::OpType::UNKNOWN, state);
+}
+#endif
+
 // merge_remote_group: the store names a new group of `size` ranks (possibly from other jobs);
 // it is a new rendezvous by nature.
 c10::intrusive_ptr<BackendBase> ProcessGroupDcomm::merge(const c10::intrusive_ptr<c10d::Store>& store,

@@ -19,6 +19,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "dcomm as a torch.distributed backend";
   m.def("create_backend", &dcomm_torch::ProcessGroupDcomm::create, "(store, rank, size, timeout) -> the dcomm backend",
         pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"));
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  m.def(
+      "create_unconfigured",
+      [](int rank, int size, const std::chrono::duration<float>& timeout) {
+        return c10::intrusive_ptr<dcomm_torch::BackendBase>(c10::make_intrusive<dcomm_torch::ProcessGroupDcomm>(
+            rank, size, std::chrono::duration_cast<std::chrono::milliseconds>(timeout)));
+      },
+      "(rank, size, timeout) -> a dcomm backend with no communicator until its reconfigure() (enable_reconfigure)",
+      pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"));
+#endif
   // For bench/torch_bench.py, microseconds per call over `iters` calls on `tensor` (float32,
   // sum, in place): _allreduce_call_us times the backend's allreduce(tensor).wait() called from
   // C++, _native_all_reduce_us the same group's dcomm communicator called directly (what the

@@ -47,6 +47,7 @@ ProcessGroupDcomm::ProcessGroupDcomm(const c10::intrusive_ptr<c10d::Store>& stor
   auto comm = dcomm::Communicator::init(rank, size, id, *config);
   if (!comm.ok()) raise(comm.status().with_context("dcomm backend"));
   comm_ = std::move(*comm);
+  config_ = comm_->config();
   hub_->timeout = comm_->config().timeout;
 }
 
@@ -54,7 +55,22 @@ ProcessGroupDcomm::ProcessGroupDcomm(std::unique_ptr<dcomm::Communicator> comm, 
     : BackendBase(comm->rank(), comm->size()), comm_(std::move(comm)) {
   read_inline_bytes();
   comm_->set_timeout(group_timeout(timeout, comm_->config().timeout));
+  config_ = comm_->config();
   hub_->timeout = comm_->config().timeout;
+}
+
+ProcessGroupDcomm::ProcessGroupDcomm(int rank, int size, std::chrono::milliseconds timeout) : BackendBase(rank, size) {
+  auto config = dcomm::Config::from_env();
+  if (!config.ok()) raise(config.status());
+  config_ = *config;
+  config_.timeout = group_timeout(timeout, config_.timeout);
+  read_inline_bytes();
+  hub_->timeout = config_.timeout;
+}
+
+dcomm::Communicator& ProcessGroupDcomm::comm() {
+  check_open("a call");
+  return *comm_;
 }
 
 // torch's timeout, unless DCOMM_TIMEOUT_MS says otherwise (or torch gives none).
@@ -129,6 +145,8 @@ void ProcessGroupDcomm::begin(WorkState& state) {
 
 void ProcessGroupDcomm::check_open(const char* what) const {
   TORCH_CHECK(!shut_down_, "dcomm: ", what, " on a process group that was shut down (rank ", rank_, " of ", size_, ")");
+  TORCH_CHECK(comm_, "dcomm: ", what, " on rank ", rank_, " of a group made with enable_reconfigure: it has no ",
+              "communicator until dist._reconfigure() (the backend's reconfigure) made one");
 }
 
 // ---- point to point --------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,8 @@ class ProcessGroupDcomm : public BackendBase {
                     std::chrono::milliseconds timeout);
   // A group over a communicator split from another's (split, perform_nocolor_split).
   ProcessGroupDcomm(std::unique_ptr<dcomm::Communicator> comm, std::chrono::milliseconds timeout);
+  // A group with no communicator until reconfigure() (torch 2.15's enable_reconfigure).
+  ProcessGroupDcomm(int rank, int size, std::chrono::milliseconds timeout);
   ~ProcessGroupDcomm() override;
 
   // The creator torch.distributed calls: (store, rank, size, timeout).
@@ -240,11 +243,20 @@ class ProcessGroupDcomm : public BackendBase {
   c10::intrusive_ptr<BackendBase> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
                                          const c10::intrusive_ptr<Options>& opts_override) override;
 #endif
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  // torch 2.15's reconfigure (backend_hooks.cpp). A handle is a dcomm unique id whose store this
+  // process serves; reconfigure makes a new communicator over the handles' processes, in the
+  // list's order (a set's: sorted), rendezvoused on the first one's store, and the group takes
+  // the rank and size it has there.
+  bool supportsReconfigure() const override { return true; }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+#endif
 #endif
 
-  dcomm::Communicator& comm() { return *comm_; }
-  int group_rank() const { return comm_->rank(); }
-  int group_size() const { return comm_->size(); }
+  dcomm::Communicator& comm();
+  int group_rank() const { return rank_; }  // the communicator's (a reconfigure changes both)
+  int group_size() const { return size_; }
 
  private:
   friend class CudaPath;
@@ -275,7 +287,13 @@ class ProcessGroupDcomm : public BackendBase {
   std::atomic<bool> estimating_{false};
   double estimate_us_ = 0;
   bool shut_down_ = false;
-  std::unique_ptr<dcomm::Communicator> comm_;
+  std::unique_ptr<dcomm::Communicator> comm_;  // null until reconfigure() under enable_reconfigure
+  dcomm::Config config_;                       // what the next reconfigure() makes a communicator with
+  // This process's reconfigure handle, made on first asking, and the store it serves.
+  mutable std::mutex handle_mu_;
+  mutable std::optional<dcomm::UniqueId> handle_;
+  mutable std::shared_ptr<dcomm::StoreServer> handle_store_;
+  std::vector<int64_t> used_uuids_;
   size_t inline_bytes_ = 1u << 20;  // DCOMM_TORCH_INLINE_BYTES
   std::unique_ptr<CudaPath> cuda_;
   dcomm::SerialQueue queue_;  // after comm_: stopped (its jobs done) before the communicator goes
