@@ -83,23 +83,31 @@ def dcomm_run(n, *args, timeout=600, script=TORCH2, restarts=0):
 def elastic_twin():
     """examples/ddp_trainer/train.py --elastic under dcomm-run, 4 processes, MLP on 6,000 images:
     rank 0 killed at step 5 of epoch 1; the survivors go on (dist.shrink_group) and end within 2
-    points of the uninterrupted run's accuracy."""
+    points of the uninterrupted run's accuracy. Then with --rejoin (dcomm-run --max-restarts 1):
+    the survivors reconfigure without rank 0, then with the restarted rank 0, and end as close."""
     script = os.path.join(HERE, "..", "..", "examples", "ddp_trainer", "train.py")
     out = tempfile.mkdtemp(prefix="dcomm-twin-")
     flags = ["--model", "mlp", "--epochs", "2", "--batch", "32", "--train-limit", "6000"]
+    kill = ["--elastic", "--kill-rank", "0", "--kill-at", "1:5"]
     whole = dcomm_run(4, *flags, "--out", f"{out}/whole", script=script)
-    kill = dcomm_run(4, *flags, "--out", f"{out}/kill", "--elastic", "--kill-rank", "0", "--kill-at", "1:5",
-                     script=script)
+    runs = {"kill": dcomm_run(4, *flags, "--out", f"{out}/kill", *kill, script=script),
+            "rejoin": dcomm_run(4, *flags, "--out", f"{out}/rejoin", *kill, "--rejoin", f"{out}/handles",
+                                script=script, restarts=1)}
+    says = {"kill": "--elastic: lost rank 0; 3 ranks go on from step 5",
+            "rejoin": "--rejoin: launch ranks [1, 2, 3, 0] as ranks 0-3; 4 ranks go on from step 5"}
 
     def accuracy(run):
         rows = open(f"{out}/{run}/metrics.csv").read().split()
         return float(rows[-1].split(",")[2]) if len(rows) > 2 else -1.0
-    a, b = accuracy("kill"), accuracy("whole")
-    ok = (whole.returncode == 0 and kill.returncode == 0 and abs(a - b) <= 0.02 and
-          "--elastic: lost rank 0; 3 ranks go on from step 5" in kill.stdout)
-    kill.stdout += f"\naccuracy {100 * a:.2f}% against {100 * b:.2f}% uninterrupted\n"
-    kill.returncode = 0 if ok else 1
-    return kill
+    b = accuracy("whole")
+    ok = whole.returncode == 0
+    for name, p in runs.items():
+        a = accuracy(name)
+        ok = ok and p.returncode == 0 and abs(a - b) <= 0.02 and says[name] in p.stdout
+        runs["kill"].stdout += f"\n{name}: accuracy {100 * a:.2f}% against {100 * b:.2f}% uninterrupted\n"
+    runs["kill"].stdout += runs["rejoin"].stdout
+    runs["kill"].returncode = 0 if ok else 1
+    return runs["kill"]
 
 
 def spawn(n, *args, timeout=600):
@@ -213,7 +221,7 @@ def main():
              lambda: dcomm_run(3, "shrink", "0", "abort")),
             ("dist._reconfigure: 4 ranks, rank 0 killed, 3 survivors, the restarted rank 0 joined again, DDP after",
              lambda: dcomm_run(4, "reconfigure", "0", tempfile.mkdtemp(prefix="dcomm-reconf-"), restarts=1)),
-            *([("train.py --elastic past a killed rank 0 of 4, accuracy as uninterrupted, under dcomm-run",
+            *([("train.py --elastic past a killed rank 0 of 4, and --rejoin of it, accuracy as uninterrupted",
                 elastic_twin)] if os.path.isdir("/usr/share/datasets/fashion-mnist") else []),
         ]
     if quick:
