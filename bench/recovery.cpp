@@ -97,10 +97,7 @@ Status checked_all_reduce(Communicator& c, size_t count, float value, float expe
 
 // A survivor's way on; returns its exit code. `out` gets "rank R detect lost revoke shrink next" (ns).
 int recover(Communicator& c, const Options& o, long long detect, const std::string& out) {
-  std::vector<int> lost;
-  const auto until = now_ns() + 5'000'000'000LL;
-  while ((lost = c.lost_ranks()).empty() && now_ns() < until)
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  const std::vector<int> lost = c.lost_ranks(std::chrono::seconds(5));
   const long long t_lost = now_ns();
   if (lost != std::vector<int>{o.victim}) {
     std::fprintf(stderr, "rank %d: lost ranks %s, not {%d}\n", c.rank(), detail::rank_list(lost).c_str(), o.victim);
@@ -176,10 +173,7 @@ int cycle_main(const Options& o, std::unique_ptr<Communicator> c, int first, con
       }).detach();
     std::vector<float> x(o.count);
     while (c->all_reduce(std::span(x), ReduceOp::kSum).ok()) {}
-    std::vector<int> lost;
-    for (int k = 0; k < 5000 && (lost = c->lost_ranks()).empty(); ++k)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    auto shrunk = c->shrink(lost, o.mode);
+    auto shrunk = c->shrink(c->lost_ranks(std::chrono::seconds(5)), o.mode);
     if (!shrunk.ok()) return std::fprintf(stderr, "cycle %d: %s\n", cycle, shrunk.status().message().c_str()), 5;
     c.reset();  // what the dead rank left: links, files, the proxy's sockets
     std::optional<UniqueId> id;

@@ -123,9 +123,7 @@ class Elastic {
       return std::chrono::duration<double, std::milli>(b - a).count();
     };
     const auto t0 = Clock::now();
-    std::vector<int> lost;
-    while ((lost = comm_->lost_ranks()).empty() && Clock::now() - t0 < std::chrono::seconds(5))
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const std::vector<int> lost = comm_->lost_ranks(std::chrono::seconds(5));
     if (lost.empty()) throw std::runtime_error(why + " (no rank died: nothing to shrink past)");
     const auto t1 = Clock::now();
     comm_->revoke();

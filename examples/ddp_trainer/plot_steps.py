@@ -12,15 +12,11 @@ mean; rolled-back steps are dropped). --mark draws a line at step S of epoch E (
 import argparse
 import glob
 
-import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-def step_losses(prefix):
-    """{(epoch, step): the mean of the ranks' logged shares}, over every rank's file."""
-    shares = {}
+def applied_steps(prefix):
+    """{(epoch, step): [(loss share, sample indices), one per rank that applied it]}, over every
+    rank's file (FILE.<rank>); a rank's steps from a rollback on are dropped (all redid them)."""
+    steps = {}
     for path in sorted(glob.glob(prefix + ".*")):
         mine = []
         for line in open(path).read().splitlines():
@@ -28,10 +24,15 @@ def step_losses(prefix):
             if what == "rollback":
                 mine = [m for m in mine if not (m[0] == int(epoch) and m[1] >= int(step))]
             else:
-                mine.append((int(epoch), int(step), float(rest[0])))
-        for epoch, step, loss in mine:
-            shares.setdefault((epoch, step), []).append(loss)
-    return {k: sum(v) / len(v) for k, v in sorted(shares.items())}
+                mine.append((int(epoch), int(step), float(rest[0]), [int(i) for i in rest[1:]]))
+        for epoch, step, loss, idx in mine:
+            steps.setdefault((epoch, step), []).append((loss, idx))
+    return dict(sorted(steps.items()))
+
+
+def step_losses(prefix):
+    """{(epoch, step): the mean of the ranks' logged shares}."""
+    return {k: sum(loss for loss, _ in v) / len(v) for k, v in applied_steps(prefix).items()}
 
 
 def main():
@@ -41,6 +42,9 @@ def main():
     p.add_argument("--mark", help="E:S, the step to mark")
     p.add_argument("--epoch", type=int, help="only this epoch")
     a = p.parse_args()
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for run in a.runs:
         label, prefix = run.split("=", 1)

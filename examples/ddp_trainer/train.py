@@ -118,10 +118,7 @@ def lost_ranks(error):
     """The ranks of the default group whose processes died (waiting up to 5 s for the backend to
     see it); re-raises `error` when none did."""
     from torch.distributed.distributed_c10d import _get_default_group
-    backend = _get_default_group()._get_backend(torch.device("cpu"))
-    lost, until = [], time.perf_counter() + 5
-    while not lost and time.perf_counter() < until:
-        lost = backend.lost_ranks()
+    lost = _get_default_group()._get_backend(torch.device("cpu")).lost_ranks(within_s=5)
     if not lost:
         raise error
     return lost

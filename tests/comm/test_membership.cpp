@@ -173,6 +173,10 @@ TEST_CASE("revoke ends a blocked call on every rank with a status that says so; 
       CAPTURE(r);
       CHECK(got[static_cast<size_t>(r)].code() == ErrorCode::kAborted);
       CHECK(contains(got[static_cast<size_t>(r)], "rank 2 revoked the communicator"));
+      // A revoke loses no one: lost_ranks waits its full time and names nobody.
+      const auto t0 = std::chrono::steady_clock::now();
+      CHECK(comms[static_cast<size_t>(r)]->lost_ranks(20ms).empty());
+      CHECK(std::chrono::steady_clock::now() - t0 >= 20ms);
     }
     // Nothing was destroyed: the survivors can still shrink (here, past nobody).
     Comms again(3);

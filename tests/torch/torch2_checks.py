@@ -336,9 +336,7 @@ def check_shrink(victim, flags):
     for _ in range(3):
         dist.all_reduce(x)
     lose_mid_all_reduce(rank, victim)
-    lost, until = [], time.time() + 5
-    while not lost and time.time() < until:
-        lost = backend_of().lost_ranks()
+    lost = backend_of().lost_ranks(within_s=5)
     check(lost == [victim], f"lost_ranks() is {lost}, not [{victim}]")
     group = dist.shrink_group(lost, shrink_flags=SHRINK_ABORT if flags == "abort" else SHRINK_DEFAULT)
     survivors = [r for r in range(n) if r != victim]

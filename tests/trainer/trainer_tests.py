@@ -18,6 +18,9 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "ddp_trainer"))
+from plot_steps import applied_steps  # noqa: E402  (the --log-samples reader the plots use)
+
 TRAINER = sys.argv[1]
 DATA = os.environ.get("DCOMM_TRAINER_DATA", "/usr/share/datasets/fashion-mnist")
 PY = sys.executable
@@ -154,18 +157,8 @@ def elastic():
         if rejoin:
             report(f"--rejoin: launch rank:new rank {victim}:3 joined; 4 ranks go on from step 5" in p.stdout,
                    f"{what}: the new process joins as rank 3 and the 4 go on from step 5", p.stdout[-500:])
-        applied = {}  # (epoch, step) -> indices, over every rank's log (a restarted rank appends to its own)
-        for r in range(4):
-            path = f"{log}.{r}"
-            mine = []
-            for line in open(path).read().splitlines() if os.path.exists(path) else []:
-                what_, epoch, step, *rest = line.split()
-                if what_ == "rollback":  # this rank's steps from there on were redone by all
-                    mine = [m for m in mine if not (m[0] == int(epoch) and m[1] >= int(step))]
-                else:  # its loss, then its samples
-                    mine.append((int(epoch), int(step), list(map(int, rest[1:]))))
-            for epoch, step, idx in mine:
-                applied.setdefault((epoch, step), []).extend(idx)
+        # (epoch, step) -> its samples, over every rank's log (a restarted rank appends to its own)
+        applied = {k: [i for _, idx in v for i in idx] for k, v in applied_steps(log).items()}
         for epoch in (1, 2):
             got = [i for (e, _), idx in applied.items() if e == epoch for i in idx]
             steps_seen = len([1 for (e, _) in applied if e == epoch])

@@ -90,6 +90,15 @@ class MembershipCalls {
     const Comm& c = static_cast<const Comm&>(*this);
     return c.transports_.proxy ? c.transports_.proxy->lost_peers() : std::vector<int>{};
   }
+  // The same, waiting up to `within` for a first one: a call can fail on a peer's death a moment
+  // before this rank's proxy has seen the connection close. Empty when none died by then.
+  std::vector<int> lost_ranks(std::chrono::milliseconds within) const {
+    const auto until = std::chrono::steady_clock::now() + within;
+    std::vector<int> lost;
+    while ((lost = lost_ranks()).empty() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    return lost;
+  }
 
   // ncclCommShrink: a communicator of the ranks not in `excluded`, renumbered in order, usable
   // although the excluded ranks are dead. Collective over the survivors (the excluded ranks do
@@ -225,7 +234,7 @@ class MembershipCalls {
   class DeathWatch {
    public:
     DeathWatch(const Comm& parent, std::unique_ptr<StoreClient> store, std::string prefix, std::vector<int> survivors)
-        : store_(std::move(store)), prefix_(std::move(prefix)) {
+        : rank_(parent.rank_), store_(std::move(store)), prefix_(std::move(prefix)) {
       if (!parent.transports_.proxy) return;  // every peer is a thread of this process
       thread_ = std::thread([this, &parent, survivors = std::move(survivors)] {
         while (!done_.load(std::memory_order_acquire)) {
@@ -240,21 +249,21 @@ class MembershipCalls {
         }
       });
     }
-    ~DeathWatch() {
-      done_.store(true, std::memory_order_release);
-      if (thread_.joinable()) thread_.join();
-    }
+    ~DeathWatch() { stop(); }
     // Says on the store that this rank's shrink ended (its parent may go now, and its control
     // connections close: that is no death), then stops watching.
     void finish(bool ok) {
-      done_.store(true, std::memory_order_release);
-      if (thread_.joinable()) thread_.join();
+      stop();
       if (ok) store_->set(detail::cat(prefix_, "/joined/", rank_), "1").ignore();
     }
     StoreClient& store() { return *store_; }
-    int rank_ = -1;
 
    private:
+    void stop() {
+      done_.store(true, std::memory_order_release);
+      if (thread_.joinable()) thread_.join();
+    }
+    int rank_;
     std::unique_ptr<StoreClient> store_;
     std::string prefix_;
     std::atomic<bool> done_{false};
@@ -272,7 +281,6 @@ class MembershipCalls {
       return (mine.ok() ? watching.status() : mine.status())
           .with_context(detail::cat("the shrink's store on rank ", survivors.front(), " (", at.to_string(), ")"));
     auto watch = std::make_unique<DeathWatch>(c, std::move(*watching), prefix, survivors);
-    watch->rank_ = c.rank_;
     StoreClient& store = **mine;
     store.set_abort_key(prefix + "/abort");
     const std::string text = detail::rank_list(set);

@@ -70,8 +70,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<dcomm_torch::ProcessGroupDcomm, c10d::Backend, c10::intrusive_ptr<dcomm_torch::ProcessGroupDcomm>>(
       m, "ProcessGroupDcomm")
       .def(
-          "lost_ranks", [](dcomm_torch::ProcessGroupDcomm& pg) { return pg.comm().lost_ranks(); },
-          "The ranks of this group whose processes died: what to pass to dist.shrink_group")
+          "lost_ranks",
+          [](dcomm_torch::ProcessGroupDcomm& pg, double within_s) {
+            return pg.comm().lost_ranks(std::chrono::milliseconds(static_cast<int64_t>(within_s * 1e3)));
+          },
+          "The ranks of this group whose processes died (waiting up to within_s seconds for a first one): what "
+          "to pass to dist.shrink_group",
+          pybind11::arg("within_s") = 0.0, pybind11::call_guard<pybind11::gil_scoped_release>())
       .def(
           "_advertised_host",
           [](dcomm_torch::ProcessGroupDcomm& pg) {
