@@ -3,7 +3,7 @@ collectives on tensors from the backend's allocator (allocate_tensor, dcomm::mem
 against ordinary tensors and against in place.
 
     PY bench/torch2_bench.py [-N 2] [-r 5]       PY: a torch 2.x Python with dcomm_torch installed
-                                                  (e.g. the venv of scripts/lib/torch-venv.sh)
+                                                  (e.g. the venv of scripts/lib/pypi-venvs.sh)
 
 FSDP2 step: a model chosen to be communication-bound: 4 Linear(2048, 2048) layers (64 MiB of
 float32 parameters), each its own fully_shard unit, a batch of 4 rows, SGD. A step all-gathers

@@ -7,7 +7,7 @@ run; each median of alternating rounds. Prints the table and, with --png, plots 
                                           [--python PY]
 
 --python: the Python whose torch and dcomm_torch are measured (default Debian's, torch 1.13,
-with build/python's dcomm_torch); e.g. the newest torch's venv (scripts/lib/torch-venv.sh),
+with build/python's dcomm_torch); e.g. the newest torch's venv (scripts/lib/pypi-venvs.sh),
 whose dcomm_torch is the one pip installed there.
 
 Columns (microseconds per call, the slowest rank's): bench = dcomm-bench's in-place all_reduce

