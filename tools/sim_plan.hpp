@@ -65,6 +65,26 @@ inline std::string mib(double bytes) {
   return buf;
 }
 
+// The cluster's links as the simulator runs them and as dcomm's cost model sees them (reductions
+// on the GPU: free).
+struct Cluster {
+  dcomm::SimNetwork net;
+  dcomm::LinkModel link;
+};
+inline Cluster cluster(const PlanArgs& a) {
+  Cluster c;
+  c.net.ranks_per_host = a.gpus;
+  c.net.local_alpha_us = a.local_us;
+  c.net.local_bytes_per_us = a.local_gbs * 1e3;
+  c.net.net_alpha_us = a.net_us;
+  c.net.nic_bytes_per_us = a.nic_gbps / 8 * 1e3;
+  c.net.nics_per_host = a.nics;
+  c.link.alpha_us = a.local_us, c.link.beta_us_per_byte = 1 / c.net.local_bytes_per_us, c.link.gamma_us_per_byte = 0;
+  c.link.net_alpha_us = a.net_us, c.link.net_beta_us_per_byte = 1 / (c.net.nic_bytes_per_us * a.nics / a.gpus);
+  c.link.cache_bytes = 0;
+  return c;
+}
+
 template <class Bytes>
 int run_plan(int argc, char** argv, Bytes bytes_of) {
   PlanArgs a;
@@ -99,13 +119,7 @@ int run_plan(int argc, char** argv, Bytes bytes_of) {
     cli.fail("--grad, --compute-ms, --hosts and --gpus are required; sizes at least 4 bytes, counts at least 1");
   using namespace dcomm;
   const int n = a.hosts * a.gpus;
-  SimNetwork net;
-  net.ranks_per_host = a.gpus;
-  net.local_alpha_us = a.local_us;
-  net.local_bytes_per_us = a.local_gbs * 1e3;
-  net.net_alpha_us = a.net_us;
-  net.nic_bytes_per_us = a.nic_gbps / 8 * 1e3;
-  net.nics_per_host = a.nics;
+  const auto [net, link] = cluster(a);
   const size_t full = static_cast<size_t>(a.bucket_bytes) / 4;
   const size_t buckets = static_cast<size_t>((a.grad_bytes + a.bucket_bytes - 1) / a.bucket_bytes);
   const size_t last = std::max<size_t>(1, static_cast<size_t>(a.grad_bytes) / 4 - full * (buckets - 1));
@@ -159,11 +173,7 @@ int run_plan(int argc, char** argv, Bytes bytes_of) {
       });
     });
   if (fastest) std::printf("# fastest simulated: %s, %.2f ms of all-reduce a step\n", fastest, fastest_us / 1e3);
-  // dcomm's choice: its cost model with this cluster's links (reductions on the GPU: free).
-  LinkModel link;
-  link.alpha_us = a.local_us, link.beta_us_per_byte = 1 / net.local_bytes_per_us, link.gamma_us_per_byte = 0;
-  link.net_alpha_us = a.net_us, link.net_beta_us_per_byte = 1 / (net.nic_bytes_per_us * a.nics / a.gpus);
-  link.cache_bytes = 0;
+  // dcomm's choice: its cost model with this cluster's links.
   const Config defaults;
   for (size_t c : {full, last}) {
     const CallShape shape{OpKind::kAllReduce, c, 4, n, /*in_place=*/true, a.hosts};
