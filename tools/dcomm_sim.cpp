@@ -112,8 +112,8 @@ int main(int argc, char** argv) {
   CPU_ZERO(&cpus);
   int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   double wake_us = 2.5, step_cpu_us = 0.1;
-  int slots = Config{}.slots;  // the FIFOs' depth, which bounds how far the double tree runs one tree ahead
-  size_t max_slices = 32;      // at scale, the trees' slices a call at most (0: slot-sized, as the host runs them)
+  int slots = 0;  // the FIFOs' depth, which bounds how far the double tree runs ahead (0: as the communicator's)
+  size_t max_slices = 32;  // at scale, the trees' slices a call at most (0: slot-sized, as the host runs them)
   auto number = [](auto* out) {
     return [out](const std::string& v) -> std::string {
       *out = static_cast<std::remove_pointer_t<decltype(out)>>(std::atof(v.c_str()));
@@ -136,7 +136,10 @@ int main(int argc, char** argv) {
               for (auto& b : split(v)) sizes.push_back(bytes_of(b));
               return "";
             })
-      .flag("--slots", "n", "FIFO depth (DCOMM_SLOTS), which bounds how far the double tree runs ahead", number(&slots))
+      .flag("--slots", "n",
+            "FIFO depth (DCOMM_SLOTS), which bounds how far the double tree runs ahead (default: the communicator's, "
+            "log2 n + 1 and at least 8)",
+            number(&slots))
       .flag("--max-slices", "n", "at scale, the trees' slices a call at most (0: slot-sized, as the host runs them)",
             number(&max_slices))
       .flag("--local", "ranks", "one host of this many CPU ranks sharing this machine's cores instead",
@@ -220,7 +223,9 @@ int main(int argc, char** argv) {
       run([&](int w, int x) { return schedule_rabenseifner(w, x, count); });
       recorded(record_tree_all_reduce, slice);
       recorded(
-          [&](int w, int x, size_t c, size_t sl) { return record_double_tree_all_reduce_slots(w, x, c, sl, slots); },
+          [&](int w, int x, size_t c, size_t sl) {
+            return record_double_tree_all_reduce_slots(w, x, c, sl, slots > 0 ? slots : fifo_slots(Config{}, w));
+          },
           slice);
       // Hierarchical: the host's tree in the trees' slices, Rabenseifner among the hosts' leaders.
       if (at.ranks_per_host > 1 && at.ranks_per_host < n)
@@ -244,8 +249,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "# ok: simulated and checked; an: the ring above 4,096 ranks, timed analytically; trees pipelined in "
-      "512 KiB slices (at scale, at most %zu slices; the double tree over FIFOs of %d slots); -: not chosen there "
+      "512 KiB slices (at scale, at most %zu slices; the double tree over FIFOs of %s slots); -: not chosen there "
       "(hierarchical: one host; direct: above %zu bytes or across hosts; ordered: across hosts)\n",
-      max_slices, slots, kDirectMaxBytes);
+      max_slices, slots > 0 ? std::to_string(slots).c_str() : "the communicator's (log2 n + 1, at least 8)",
+      kDirectMaxBytes);
   return failures ? 1 : 0;
 }

@@ -92,3 +92,20 @@ TEST_CASE("WaitClock: the deadline and the stall diagnosis start at the first sl
   c.timeout = std::chrono::milliseconds(600'000);
   CHECK(stall_threshold(c) == std::chrono::milliseconds(1000));
 }
+
+TEST_CASE("fifo_slots: the default FIFO depth follows the tree's depth at scale; DCOMM_SLOTS always wins") {
+  const Config d;
+  CHECK(fifo_slots(d, 2) == 8);
+  CHECK(fifo_slots(d, 255) == 8);  // floor(log2 255) + 1 = 8
+  CHECK(fifo_slots(d, 256) == 9);  // the tree is 9 deep
+  CHECK(fifo_slots(d, 1024) == 11);
+  CHECK(fifo_slots(d, 65536) == 17);  // docs/algorithms.md: 16 slots or more reach the double tree's bound
+  setenv("DCOMM_SLOTS", "4", 1);
+  auto set = Config::from_env();
+  unsetenv("DCOMM_SLOTS");
+  REQUIRE(set.ok());
+  CHECK(fifo_slots(*set, 65536) == 4);
+  auto unset = Config::from_env();
+  REQUIRE(unset.ok());
+  CHECK(fifo_slots(*unset, 65536) == 17);
+}

@@ -340,6 +340,8 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
   Status bootstrap(int rank, int size, const SocketAddress& rendezvous, int port_span, const std::string& prefix,
                    const Config& config, std::shared_ptr<StoreServer> server) {
     rank_ = rank, size_ = size, prefix_ = prefix, config_ = config, server_ = std::move(server);
+    config_.slots = fifo_slots(config, size);  // deeper at scale, for the double tree
+    config_.small_slots = std::max(config_.small_slots, config_.slots);
     auto store = StoreClient::connect(rendezvous, config.timeout, access_, port_span);
     if (!store.ok()) return store.status();
     store_ = std::move(*store);

@@ -114,6 +114,7 @@ struct Config {
   // Staging FIFO per directed peer link: slots x slot_bytes (DCOMM_SLOT_BYTES, DCOMM_SLOTS).
   size_t slot_bytes = size_t{512} * 1024;
   int slots = 8;
+  bool slots_from_env = false;  // DCOMM_SLOTS was set: fifo_slots() keeps it whatever the size
   // DCOMM_SMALL_SLOTS: a shared-memory or in-process FIFO's slots in all (at least
   // DCOMM_SLOTS): a message of up to 448 bytes stays in its 512-byte slot and needs no data
   // area, so a rank may queue this many small messages (a loop of small broadcasts, say)
@@ -211,6 +212,7 @@ struct Config {
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
     c.slots = static_cast<int>(*slots);
+    c.slots_from_env = !env_or("DCOMM_SLOTS").empty();
     c.small_slots = std::max(c.slots, static_cast<int>(*small_slots));
     c.sockets_per_peer = static_cast<int>(*socks);
     c.spin_iterations = static_cast<int>(*spin);
@@ -244,5 +246,17 @@ struct Config {
     return c;
   }
 };
+
+// The FIFOs' depth a communicator of `ranks` runs with: DCOMM_SLOTS when set; else at least the
+// binary tree's depth (floor(log2 ranks) + 1: from 256 ranks on it is more than the default 8), so
+// that a rank of the double tree can run its leaf tree as many slices ahead of its interior one as
+// its depths in the two trees differ, which the double tree needs to reach its bound at scale
+// (docs/algorithms.md). It follows the trees' shape, not the machine.
+inline int fifo_slots(const Config& c, int ranks) {
+  if (c.slots_from_env) return c.slots;
+  int depth = 1;
+  while (depth < 31 && (1 << depth) <= ranks) ++depth;
+  return std::max(c.slots, depth);
+}
 
 DCOMM_NAMESPACE_END

@@ -198,8 +198,8 @@ inline Schedule record_tree_all_reduce(int n, int x, size_t count, size_t slice)
     return tree_all_reduce(r, x, n, in, out, count, scratch);
   });
 }
-// slots: the FIFO depth the communicator runs with (DCOMM_SLOTS), which bounds how far one
-// tree may run ahead of the other.
+// slots: the FIFO depth the communicator runs with (fifo_slots: DCOMM_SLOTS, or as deep as the
+// tree at scale), which bounds how far one tree may run ahead of the other.
 inline Schedule record_double_tree_all_reduce_slots(int n, int x, size_t count, size_t slice, int slots) {
   return detail::record(
       n, x, count, slice,
@@ -209,7 +209,7 @@ inline Schedule record_double_tree_all_reduce_slots(int n, int x, size_t count, 
       slots);
 }
 inline Schedule record_double_tree_all_reduce(int n, int x, size_t count, size_t slice) {
-  return record_double_tree_all_reduce_slots(n, x, count, slice, Config{}.slots);
+  return record_double_tree_all_reduce_slots(n, x, count, slice, fifo_slots(Config{}, n));
 }
 inline Schedule record_direct_all_reduce(int n, int x, size_t count, size_t slice) {
   return detail::record(n, x, count, slice, [&](Recorder& r, char* in, char* out, char* scratch) {
