@@ -39,6 +39,7 @@
 #include "dcomm/comm/exchange_calls.hpp"
 #include "dcomm/comm/facts.hpp"
 #include "dcomm/comm/link_table.hpp"
+#include "dcomm/comm/host_tuning.hpp"
 #include "dcomm/comm/links.hpp"
 #include "dcomm/comm/membership.hpp"
 #include "dcomm/comm/op.hpp"
@@ -374,6 +375,7 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
     resolve_auto_spin(config_, local_size_, kinds_);
 
     DCOMM_RETURN_IF_ERROR(agree_facts(facts_, {rank_, local_size_, peers_, kinds_, *store_, prefix_, config_}));
+    DCOMM_RETURN_IF_ERROR(agree_host_tuning(config_, rank_, size_, *store_, prefix_));
 
     DCOMM_RETURN_IF_ERROR(build_transports(transports_, rank, peers_, kinds_, *store_, prefix, config_,
                                            {*listener, std::hash<std::string>{}(prefix), access_.secret, abort_,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dcomm/comm/cost_model.hpp"
+#include "dcomm/comm/host_tuning.hpp"
 #include "dcomm/comm/op.hpp"
 #include "dcomm/core/algorithms.hpp"
 #include "dcomm/core/config.hpp"
@@ -39,14 +40,12 @@ inline Status measure_link(int size, const RunCollective& run, double fit[3]) {
   // The best of three means: start-up noise (ranks still starting) only slows a run down.
   auto mean_us = [&](int iters, auto&& call) -> Result<double> {
     DCOMM_RETURN_IF_ERROR(call());  // warm-up
-    double best = 1e300;
-    for (int round = 0; round < 3; ++round) {
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) DCOMM_RETURN_IF_ERROR(call());
-      best = std::min(best,
-                      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
-    }
-    return best;
+    Status s;
+    const double us = best_mean_us(3, iters, [&] {
+      if (s.ok()) s = call();
+    });
+    if (!s.ok()) return s;
+    return us;
   };
   auto small = mean_us(100, [&] { return ring(OpKind::kAllReduce, 2, DataType::kFloat32); });
   auto reduce = mean_us(2, [&] { return ring(OpKind::kAllReduce, big / 4, DataType::kFloat32); });
