@@ -28,7 +28,8 @@ TEST_CASE("host tuning: single copy pays from the syscall's cost times the copy 
   CHECK(m->copy_gbs > 0);
 }
 
-TEST_CASE("host tuning cache: read back on this host; another host's, an unreadable one and none are refused, saying why") {
+TEST_CASE(
+    "host tuning cache: read back on this host; another host's, an unreadable one and none are refused, saying why") {
   const std::string path = temp_path("cache"), sig = host_signature();
   std::remove(path.c_str());
   std::string why;

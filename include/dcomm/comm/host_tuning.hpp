@@ -78,8 +78,8 @@ double best_mean_us(int rounds, int iters, F f) {
   for (int r = 0; r < rounds; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) f();
-    best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-                              iters);
+    best = std::min(best,
+                    std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
   }
   return best;
 }
@@ -118,8 +118,9 @@ inline Result<HostMeasure> measure_host() {
   m.copy_gbs = static_cast<double>(a.size()) / copy_us / 1e3;
   Status s;
   const double read_us = detail::best_mean_us(5, 200, [&] {
-    if (s.ok()) s = detail::cross_memory(getpid(), b.data(), reinterpret_cast<uint64_t>(a.data()), 64,
-                                         "process_vm_readv of", process_vm_readv);
+    if (s.ok())
+      s = detail::cross_memory(getpid(), b.data(), reinterpret_cast<uint64_t>(a.data()), 64, "process_vm_readv of",
+                               process_vm_readv);
   });
   if (!s.ok()) return s.with_context("measuring single copy for the host's tuning");
   m.cma_us = read_us;
@@ -141,9 +142,8 @@ inline std::optional<HostMeasure> read_host_tuning(const std::string& path, cons
   }
   std::string magic, host, key;
   HostMeasure m;
-  if (!std::getline(in, magic) || magic != "dcomm-host-tuning" || !std::getline(in, host) ||
-      !(in >> key >> m.cma_us) || key != "cma_us" || !(in >> key >> m.copy_gbs) || key != "copy_gbs" ||
-      !(m.cma_us > 0 && m.copy_gbs > 0)) {
+  if (!std::getline(in, magic) || magic != "dcomm-host-tuning" || !std::getline(in, host) || !(in >> key >> m.cma_us) ||
+      key != "cma_us" || !(in >> key >> m.copy_gbs) || key != "copy_gbs" || !(m.cma_us > 0 && m.copy_gbs > 0)) {
     *why = path + " is not a dcomm host tuning (unreadable): measured again";
     return std::nullopt;
   }
