@@ -2,28 +2,78 @@
 // long it takes, and what it chooses; run it beside a load (a memory-bandwidth hog, say) to see
 // the values it would choose there.
 //
-//   dcomm-host-tuning [--reps K]
+//   dcomm-host-tuning [--reps K] [--ranks N]
 //
-// Each repetition measures from scratch (no cache), as the first communicator on a host does;
-// then the cache is read as later set-ups read it. Prints one line per repetition: the time
-// taken, the two measured values and DCOMM_CMA_BYTES as it would be chosen.
+// First, what the tuning adds to a communicator's set-up: N ranks (forked processes, 2 by
+// default; 0 skips this) set up a communicator with the tuning off, then with an empty cache of
+// their own (the host measure and the reduce crossover are measured), then again (read from
+// that cache); each line is the slowest rank's set-up and the thresholds rank 0 took. Then each
+// repetition measures the host from scratch (no cache), as the first communicator on a host
+// does; then the cache is read as later set-ups read it. Prints one line per repetition: the
+// time taken, the two measured values and DCOMM_CMA_BYTES as it would be chosen.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <dcomm/dcomm.hpp>
 
 #include "../tools/cli.hpp"
+#include "forked.hpp"
+
+namespace {
+// One communicator's set-up on every rank, timed; rank 0 prints the slowest rank's and what it took.
+int set_up(int rank, int n, const std::string& id_text, const char* what) {
+  auto id = dcomm::UniqueId::parse(id_text);
+  if (!id.ok()) return 4;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto comm = dcomm::Communicator::init(rank, n, *id);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!comm.ok()) return std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().message().c_str()), 4;
+  dcomm::Communicator& c = **comm;
+  if (!c.all_reduce(&ms, &ms, 1, dcomm::DataType::kFloat64, dcomm::ReduceOp::kMax).ok()) return 4;
+  if (rank == 0)
+    std::printf("  %-34s %8.2f %12zu %16zu %20zu\n", what, ms, c.config().cma_bytes, c.config().cma_reduce_bytes,
+                c.config().cma_reduce_scatter_bytes);
+  std::fflush(stdout);  // the fork's child leaves by _exit
+  return 0;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 5;
-  dcomm_cli::Cli cli("dcomm-host-tuning", "[--reps K]", "The host tuning's measurement on this machine, timed.");
+  int reps = 5, ranks = 2;
+  dcomm_cli::Cli cli("dcomm-host-tuning", "[--reps K] [--ranks N]",
+                     "The host tuning's measurement on this machine, timed.");
   cli.flag("--reps", "K", "repetitions (default 5)", [&](const std::string& v) {
     reps = std::atoi(v.c_str());
     return reps >= 1 ? "" : "K must be at least 1";
   });
+  cli.flag("--ranks", "N", "ranks whose set-up is timed (default 2; 0: none)", [&](const std::string& v) {
+    ranks = std::atoi(v.c_str());
+    return ranks == 0 || (ranks >= 2 && ranks <= 64) ? "" : "N must be 0 or 2 to 64";
+  });
   cli.parse(argc, argv);
+  if (ranks > 0) {  // forked before anything of dcomm exists in this process
+    const std::string cache = "/tmp/dcomm-host-tuning-bench-" + std::to_string(getpid());
+    std::remove(cache.c_str());
+    std::printf("# a set-up of %d ranks (processes), the slowest rank's\n# %-34s %8s %12s %16s %20s\n", ranks, "tuning",
+                "ms", "cma_bytes", "cma_reduce_bytes", "cma_reduce_scatter");
+    const char* passes[3] = {"off (DCOMM_HOST_TUNING=off)", "measured (no cache)", "read from the cache"};
+    std::fflush(stdout);  // not copied into the children
+    for (const char* what : passes) {
+      if (what == passes[0]) {
+        setenv("DCOMM_HOST_TUNING", "off", 1);
+      } else {
+        unsetenv("DCOMM_HOST_TUNING");
+        setenv("DCOMM_HOST_TUNING_CACHE", cache.c_str(), 1);
+      }
+      if (run_forked_with_id(ranks, [&](int r, const std::string& id) { return set_up(r, ranks, id, what); }) != 0)
+        return std::fprintf(stderr, "dcomm-host-tuning: a set-up failed\n"), 1;
+    }
+    std::remove(cache.c_str());
+    unsetenv("DCOMM_HOST_TUNING_CACHE");
+  }
   std::printf("# %s\n# %8s %10s %12s %12s\n", dcomm::host_signature().c_str(), "ms", "cma_us", "copy_GB/s",
               "cma_bytes");
   for (int r = 0; r < reps; ++r) {

@@ -1,7 +1,8 @@
 // The host tuning (comm/host_tuning.hpp): what it derives from a measurement, its cache (read
 // back on the same host; one written for another host, or unreadable, ignored and why said),
 // every rank taking rank 0's values, DCOMM_CMA_BYTES and a program's own value winning, and the
-// collectives exact either side of the threshold it chose.
+// collectives exact either side of the threshold it chose; the reduce crossover (comm/tuning.hpp):
+// its walk up the sizes, measured at a set-up, cached by shape, and exact either side.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -18,10 +19,10 @@ std::string temp_path(const char* name) { return detail::cat("/tmp/dcomm-test-ho
 }  // namespace
 
 TEST_CASE("host tuning: single copy pays from the syscall's cost times the copy bandwidth, 4 KiB to 1 MiB") {
-  CHECK(cma_bytes_for({0.37, 52}) == 16384);  // 19 KB: the nearest power of two
-  CHECK(cma_bytes_for({1.0, 40}) == 32768);   // 40 KB
-  CHECK(cma_bytes_for({0.05, 10}) == 4096);   // the floor
-  CHECK(cma_bytes_for({50, 100}) == size_t{1} << 20);
+  CHECK(cma_bytes_for({0.37, 52, {}}) == 16384);  // 19 KB: the nearest power of two
+  CHECK(cma_bytes_for({1.0, 40, {}}) == 32768);   // 40 KB
+  CHECK(cma_bytes_for({0.05, 10, {}}) == 4096);   // the floor
+  CHECK(cma_bytes_for({50, 100, {}}) == size_t{1} << 20);
   auto m = measure_host();
   REQUIRE_MESSAGE(m.ok(), m.status().message());
   CHECK(m->cma_us > 0);
@@ -35,7 +36,7 @@ TEST_CASE(
   std::string why;
   CHECK_FALSE(read_host_tuning(path, sig, &why));
   CHECK(why.find("no cache") != std::string::npos);
-  REQUIRE(write_host_tuning(path, sig, {0.5, 20}).ok());
+  REQUIRE(write_host_tuning(path, sig, {0.5, 20, {}}).ok());
   auto back = read_host_tuning(path, sig, &why);
   REQUIRE(back);
   CHECK(back->cma_us == doctest::Approx(0.5));
@@ -43,6 +44,18 @@ TEST_CASE(
   CHECK_FALSE(read_host_tuning(path, sig + " (elsewhere)", &why));
   CHECK(why.find("another host or kernel") != std::string::npos);
   std::ofstream(path) << "dcomm-host-tuning\nhost " << sig << "\ncma_us lots\n";
+  CHECK_FALSE(read_host_tuning(path, sig, &why));
+  CHECK(why.find("unreadable") != std::string::npos);
+  HostMeasure with_shapes{0.5, 20, {{"2-processes", 32768, 2097152}, {"4-threads", 65536, 1048576}}};
+  REQUIRE(write_host_tuning(path, sig, with_shapes).ok());
+  back = read_host_tuning(path, sig, &why);
+  REQUIRE(back);
+  REQUIRE(back->crossover("2-processes"));
+  CHECK(back->crossover("2-processes")->all_reduce == 32768);
+  CHECK(back->crossover("2-processes")->reduce_scatter == 2097152);
+  CHECK(back->crossover("4-threads")->all_reduce == 65536);
+  CHECK_FALSE(back->crossover("3-threads"));
+  std::ofstream(path, std::ios::app) << "reduce 8-threads lots 1\n";
   CHECK_FALSE(read_host_tuning(path, sig, &why));
   CHECK(why.find("unreadable") != std::string::npos);
   std::remove(path.c_str());
@@ -78,5 +91,91 @@ TEST_CASE("host tuning: every rank takes rank 0's value; DCOMM_CMA_BYTES and a p
   REQUIRE_MESSAGE(with_own.ok(), with_own.status().message());
   for (auto& c : *with_own) CHECK(c->config().cma_bytes == 1024);
   std::remove(temp_path("ranks").c_str());
+  unsetenv("DCOMM_HOST_TUNING_CACHE");
+}
+
+TEST_CASE(
+    "reduce crossover: single copy ahead at two sizes in a row gives the first; behind through 4 MiB gives 8 MiB") {
+  auto walk = [](std::initializer_list<bool> ahead) {
+    detail::CrossoverSweep sweep;
+    for (bool a : ahead) {
+      REQUIRE(sweep.next[0] != 0);
+      sweep.record(0, a);
+    }
+    CHECK(sweep.next[0] == 0);  // done
+    return sweep.found[0];
+  };
+  CHECK(walk({true, true}) == 16384);
+  CHECK(walk({false, true, true}) == 32768);
+  CHECK(walk({false, true, false, true, true}) == 131072);  // one size ahead alone is not enough
+  CHECK(walk({false, false, false, false, false, false, false, false, false}) == size_t{8} << 20);
+  CHECK(walk({false, false, false, false, false, false, false, false, true}) == size_t{4} << 20);
+  detail::CrossoverSweep sweep;
+  sweep.record(0, false);
+  CHECK(sweep.next[0] == 32768);
+  CHECK(sweep.next[1] == 16384);  // the other collective walks on its own
+}
+
+TEST_CASE(
+    "reduce crossover: measured at the first set-up of a shape, cached, on every rank; variables win; exact "
+    "either side") {
+  const std::string path = temp_path("crossover");
+  std::remove(path.c_str());
+  setenv("DCOMM_HOST_TUNING_CACHE", path.c_str(), 1);
+  detail::host_tuning_memo().known.reset();  // as in a process that has not set up a communicator yet
+  Config config;                             // the default FIFO slots: the crossover is measured with them
+  config.timeout = std::chrono::seconds(20);
+  auto comms = Communicator::create_local(2, config);
+  REQUIRE_MESSAGE(comms.ok(), comms.status().message());
+  std::string why;
+  auto cached = read_host_tuning(path, host_signature(), &why);
+  REQUIRE_MESSAGE(cached, why);
+  const ReduceCrossover* entry = cached->crossover("2-threads");
+  REQUIRE(entry);
+  CHECK(entry->all_reduce >= 16384);
+  CHECK(entry->all_reduce <= size_t{8} << 20);
+  CHECK(entry->reduce_scatter >= 16384);
+  for (auto& c : *comms) {
+    CHECK(c->config().cma_reduce_bytes == entry->all_reduce);
+    CHECK(c->config().cma_reduce_scatter_bytes == entry->reduce_scatter);
+  }
+  // Either side of what it chose, all_reduce and reduce_scatter (in and out of place) are exact.
+  for (size_t threshold : {entry->all_reduce, entry->reduce_scatter})
+    for (size_t bytes : {threshold - 64, threshold, threshold + 64}) {
+      CAPTURE(bytes);
+      on_ranks(*comms, [&](Communicator& c) {
+        const size_t n = bytes / 4 / 2 * 2, per = n / 2;
+        const auto r = static_cast<float>(c.rank());
+        std::vector<float> in(n), out(n, -1.0f);
+        for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(i % 1000) + r;
+        REQUIRE(c.all_reduce(in.data(), out.data(), n, DataType::kFloat32, ReduceOp::kSum).ok());
+        CHECK(out[n - 1] == static_cast<float>(2 * ((n - 1) % 1000) + 1));
+        REQUIRE(c.all_reduce(in.data(), in.data(), n, DataType::kFloat32, ReduceOp::kSum).ok());
+        CHECK(in[n - 1] == static_cast<float>(2 * ((n - 1) % 1000) + 1));
+        for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(i % 1000) + r;
+        REQUIRE(c.reduce_scatter(in.data(), out.data(), per, DataType::kFloat32, ReduceOp::kSum).ok());
+        const size_t last = static_cast<size_t>(c.rank()) * per + per - 1;
+        CHECK(out[per - 1] == static_cast<float>(2 * (last % 1000) + 1));
+      });
+    }
+  // A second set-up of the shape reads it; a variable or the program's own value wins over it.
+  CHECK(host_tuning().measured.crossover("2-threads"));
+  setenv("DCOMM_CMA_REDUCE_BYTES", "3M", 1);
+  auto with_env = Communicator::create_local(2);  // the configuration from the environment
+  unsetenv("DCOMM_CMA_REDUCE_BYTES");
+  REQUIRE_MESSAGE(with_env.ok(), with_env.status().message());
+  for (auto& c : *with_env) {
+    CHECK(c->config().cma_reduce_bytes == size_t{3} << 20);
+    CHECK(c->config().cma_reduce_scatter_bytes == size_t{3} << 20);
+  }
+  Config own = config;
+  own.cma_reduce_scatter_bytes = 5000;
+  auto with_own = Communicator::create_local(2, own);
+  REQUIRE_MESSAGE(with_own.ok(), with_own.status().message());
+  for (auto& c : *with_own) {
+    CHECK(c->config().cma_reduce_bytes == entry->all_reduce);
+    CHECK(c->config().cma_reduce_scatter_bytes == 5000);
+  }
+  std::remove(path.c_str());
   unsetenv("DCOMM_HOST_TUNING_CACHE");
 }

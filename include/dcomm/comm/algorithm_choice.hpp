@@ -113,7 +113,9 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
         // to them. With more ranks than cores, single copy through the kernel was slower than
         // the ring out of place at every size measured (docs/benchmarking.md, "Figures behind
         // the comments"): only buffers from mem_alloc take it there.
-        if (config.cma_reduce_bytes && bytes >= config.cma_reduce_bytes)
+        if (const size_t from =
+                c.kind == OpKind::kAllReduce ? config.cma_reduce_bytes : config.cma_reduce_scatter_bytes;
+            from && bytes >= from)
           return {c.in_place || (bytes < config.cma_out_of_place_bytes && link.load <= 1)
                       ? Algorithm::kSingleCopy
                       : Algorithm::kSingleCopyIfRegistered,

@@ -12,6 +12,11 @@
 //                    cost: 64-byte reads of this process's own memory; the bandwidth: 64 KiB
 //                    copies within L2; each the best of 5 rounds (a preemption only slows a round
 //                    down). Rounded to a power of two, 4 KiB to 1 MiB.
+//   DCOMM_CMA_REDUCE_BYTES, DCOMM_CMA_REDUCE_SCATTER_BYTES
+//                    where single copy overtakes the FIFO algorithms: timed side by side by
+//                    every rank of the first communicator of each shape on the host (ranks, and
+//                    processes or threads), since it takes them all (comm/tuning.hpp's
+//                    tune_reduce_crossover); kept in the same cache, one line per shape.
 // What stays fixed, and why: docs/environment.md ("Tuned where it runs").
 //
 // DCOMM_HOST_TUNING=off keeps the compiled-in defaults. The cache: DCOMM_HOST_TUNING_CACHE, else
@@ -36,7 +41,9 @@
 #include <string>
 #include <vector>
 
+#include "dcomm/bootstrap/peer_info.hpp"
 #include "dcomm/bootstrap/store_client.hpp"
+#include "dcomm/comm/algorithm_choice.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/log.hpp"
@@ -45,19 +52,34 @@
 
 DCOMM_NAMESPACE_BEGIN
 
+// From which size single copy reduces ahead of the FIFO algorithms, for communicators of one
+// shape on this host ("2-processes", "4-threads").
+struct ReduceCrossover {
+  std::string shape;
+  size_t all_reduce = 0, reduce_scatter = 0;
+};
+
 struct HostMeasure {
   double cma_us = 0;    // a process_vm_readv's fixed cost
   double copy_gbs = 0;  // memcpy within L2
+  std::vector<ReduceCrossover> reduce;
+
+  const ReduceCrossover* crossover(const std::string& shape) const {
+    for (const ReduceCrossover& r : reduce)
+      if (r.shape == shape) return &r;
+    return nullptr;
+  }
 };
 
 struct HostTuning {
   HostMeasure measured;
   std::string source;  // "measured in 3.1 ms", "read from <path>", "off (DCOMM_HOST_TUNING)"
   size_t cma_bytes = Config{}.cma_bytes;
+  bool off = false;  // DCOMM_HOST_TUNING=off, or the measurement failed: nothing is measured
 };
 
 namespace detail {
-inline constexpr int kHostTuningFormat = 1;
+inline constexpr int kHostTuningFormat = 2;
 
 inline std::string first_field(const char* path, const std::string& key) {
   std::ifstream in(path);
@@ -147,6 +169,12 @@ inline std::optional<HostMeasure> read_host_tuning(const std::string& path, cons
     *why = path + " is not a dcomm host tuning (unreadable): measured again";
     return std::nullopt;
   }
+  for (ReduceCrossover r; in >> key >> r.shape >> r.all_reduce >> r.reduce_scatter && key == "reduce";)
+    m.reduce.push_back(r);
+  if (!in.eof()) {
+    *why = path + " is not a dcomm host tuning (unreadable after copy_gbs): measured again";
+    return std::nullopt;
+  }
   if (host != "host " + signature) {
     *why = detail::cat(path, " was written for another host or kernel (", host.substr(std::min<size_t>(5, host.size())),
                        "; this one: ", signature, "): ignored, measured again");
@@ -162,6 +190,8 @@ inline Status write_host_tuning(const std::string& path, const std::string& sign
   {
     std::ofstream out(tmp);
     out << "dcomm-host-tuning\nhost " << signature << "\ncma_us " << m.cma_us << "\ncopy_gbs " << m.copy_gbs << "\n";
+    for (const ReduceCrossover& r : m.reduce)
+      out << "reduce " << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << "\n";
     if (!out) return make_error(ErrorCode::kInternal, "cannot write the host tuning cache ", tmp);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -171,17 +201,41 @@ inline Status write_host_tuning(const std::string& path, const std::string& sign
   return {};
 }
 
+namespace detail {
+struct HostTuningMemo {
+  std::mutex mu;
+  std::optional<HostTuning> known;
+};
+inline HostTuningMemo& host_tuning_memo() {
+  static HostTuningMemo memo;
+  return memo;
+}
+
+// The thresholds a DCOMM_* variable or the program chose: the tuning leaves them as they are.
+struct ChosenThresholds {
+  bool cma, all_reduce, reduce_scatter;
+};
+inline ChosenThresholds chosen_thresholds(const Config& c) {
+  const Config d;
+  const bool reduce_env = !env_or("DCOMM_CMA_REDUCE_BYTES").empty();
+  return {!env_or("DCOMM_CMA_BYTES").empty() || c.cma_bytes != d.cma_bytes,
+          reduce_env || c.cma_reduce_bytes != d.cma_reduce_bytes,
+          reduce_env || !env_or("DCOMM_CMA_REDUCE_SCATTER_BYTES").empty() ||
+              c.cma_reduce_scatter_bytes != d.cma_reduce_scatter_bytes};
+}
+}  // namespace detail
+
 // This host's tuning: from this process's memory, else the cache, else measured (and cached).
 inline HostTuning host_tuning() {
   HostTuning t;
   if (env_or("DCOMM_HOST_TUNING") == "off") {
     t.source = "off (DCOMM_HOST_TUNING=off): the defaults";
+    t.off = true;
     return t;
   }
-  static std::mutex mu;
-  static std::optional<HostTuning> known;
-  std::lock_guard<std::mutex> lock(mu);
-  if (known) return *known;
+  detail::HostTuningMemo& memo = detail::host_tuning_memo();
+  std::lock_guard<std::mutex> lock(memo.mu);
+  if (memo.known) return *memo.known;
   const std::string path = host_tuning_cache_path(), signature = host_signature();
   std::string why;
   if (auto cached = read_host_tuning(path, signature, &why)) {
@@ -193,7 +247,8 @@ inline HostTuning host_tuning() {
     if (!m.ok()) {
       DCOMM_LOG(kInfo, kSubsysTuning, 0, m.status().message(), ": the defaults");
       t.source = "not measured (" + m.status().message() + "): the defaults";
-      known = t;
+      t.off = true;
+      memo.known = t;
       return t;
     }
     t.measured = *m;
@@ -202,29 +257,78 @@ inline HostTuning host_tuning() {
     t.source = detail::cat("measured in ", ms, " ms (", why, "; ", w.ok() ? "cached there" : w.message(), ")");
   }
   t.cma_bytes = cma_bytes_for(t.measured);
-  known = t;
+  memo.known = t;
   return t;
 }
 
+// A set-up's measured crossover joins this host's tuning and its cache (with the shapes that
+// other processes added to the cache meanwhile).
+inline void remember_reduce_crossover(const ReduceCrossover& r) {
+  detail::HostTuningMemo& memo = detail::host_tuning_memo();
+  std::lock_guard<std::mutex> lock(memo.mu);
+  if (!memo.known || memo.known->off) return;
+  std::vector<ReduceCrossover>& mine = memo.known->measured.reduce;
+  mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const ReduceCrossover& x) { return x.shape == r.shape; }),
+             mine.end());
+  mine.push_back(r);
+  const std::string path = host_tuning_cache_path(), signature = host_signature();
+  std::string why;
+  HostMeasure m = memo.known->measured;
+  if (auto on_disk = read_host_tuning(path, signature, &why))
+    for (const ReduceCrossover& x : on_disk->reduce)
+      if (!m.crossover(x.shape)) m.reduce.push_back(x);
+  if (Status w = write_host_tuning(path, signature, m); !w.ok()) DCOMM_LOG(kInfo, kSubsysTuning, 0, w.message());
+}
+
+// What the host tuning of a set-up needs to know of the communicator.
+struct HostTuningContext {
+  int rank, size;
+  StoreClient& store;
+  const std::string& prefix;
+  bool single_copy;                    // every rank can read every other's memory (comm/facts.hpp)
+  const std::vector<PeerInfo>& peers;  // all on this host when single_copy
+};
+
 // Collective over a communicator in set-up: rank 0's tuning goes to every rank's `config`,
-// except where DCOMM_CMA_BYTES or the program chose the value.
-inline Status agree_host_tuning(Config& config, int rank, int size, StoreClient& store, const std::string& prefix) {
-  const bool chosen = !env_or("DCOMM_CMA_BYTES").empty() || config.cma_bytes != Config{}.cma_bytes;
-  size_t cma_bytes = 0;
-  if (rank == 0) {
+// except where a DCOMM_* variable or the program chose the value. Returns the shape whose
+// reduce crossover this set-up must measure (comm/tuning.hpp: every rank can read every
+// other's memory, and the cache has none for it), or "" for none.
+inline Result<std::string> agree_host_tuning(Config& config, const HostTuningContext& c) {
+  const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
+  const bool threads = std::all_of(c.peers.begin(), c.peers.end(),
+                                   [&](const PeerInfo& p) { return p.process_id == c.peers[0].process_id; });
+  const std::string shape = detail::cat(c.size, threads ? "-threads" : "-processes");
+  size_t v[4] = {0, 0, 0, 0};  // DCOMM_CMA_BYTES, the reduce crossover (all_reduce, reduce_scatter), measure it
+  if (c.rank == 0) {
     const HostTuning t = host_tuning();
-    cma_bytes = t.cma_bytes;
-    DCOMM_LOG(kInfo, kSubsysTuning, rank, "host tuning ", t.source, ": process_vm_readv ", t.measured.cma_us,
-              " us, copies in cache ", t.measured.copy_gbs, " GB/s -> single copy from ", cma_bytes, " bytes",
-              chosen ? detail::cat(" (not taken: DCOMM_CMA_BYTES or the program chose ", config.cma_bytes, ")") : "");
-    if (size > 1) DCOMM_RETURN_IF_ERROR(store.set(prefix + "/host_tuning", detail::cat(cma_bytes)));
+    // Measured with the default FIFO slots; with others (DCOMM_SLOT_BYTES) the compiled-in values.
+    const bool default_slots = config.slot_bytes == Config{}.slot_bytes;
+    const ReduceCrossover* known = default_slots ? t.measured.crossover(shape) : nullptr;
+    const bool measure = !t.off && default_slots && c.single_copy && c.size >= 2 && c.size <= kAllPeerMaxRanks &&
+                         !known && !(chosen.all_reduce && chosen.reduce_scatter);
+    v[0] = t.cma_bytes, v[1] = known ? known->all_reduce : 0, v[2] = known ? known->reduce_scatter : 0;
+    v[3] = measure ? 1 : 0;
+    DCOMM_LOG(
+        kInfo, kSubsysTuning, c.rank, "host tuning ", t.source, ": process_vm_readv ", t.measured.cma_us,
+        " us, copies in cache ", t.measured.copy_gbs, " GB/s -> single copy from ", v[0], " bytes",
+        chosen.cma ? detail::cat(" (not taken: DCOMM_CMA_BYTES or the program chose ", config.cma_bytes, ")") : "",
+        known ? detail::cat("; ", shape, ": single copy reduces from ", v[1], " (all_reduce), ", v[2],
+                            " bytes (reduce_scatter)")
+              : "",
+        measure ? detail::cat("; ", shape, ": the reduce crossover is measured at this set-up") : "");
+    if (c.size > 1)
+      DCOMM_RETURN_IF_ERROR(c.store.set(c.prefix + "/host_tuning", detail::cat(v[0], " ", v[1], " ", v[2], " ", v[3])));
   } else {
-    auto v = store.get(prefix + "/host_tuning");
-    if (!v.ok()) return v.status().with_context("rank 0's host tuning");
-    cma_bytes = std::strtoull(v->c_str(), nullptr, 10);
+    auto got = c.store.get(c.prefix + "/host_tuning");
+    if (!got.ok()) return got.status().with_context("rank 0's host tuning");
+    std::istringstream in(*got);
+    if (!(in >> v[0] >> v[1] >> v[2] >> v[3]))
+      return make_error(ErrorCode::kInternal, "rank 0 published an unreadable host tuning '", *got, "'");
   }
-  if (!chosen) config.cma_bytes = cma_bytes;
-  return {};
+  if (!chosen.cma) config.cma_bytes = v[0];
+  if (!chosen.all_reduce && v[1]) config.cma_reduce_bytes = v[1];
+  if (!chosen.reduce_scatter && v[2]) config.cma_reduce_scatter_bytes = v[2];
+  return v[3] ? shape : std::string();
 }
 
 DCOMM_NAMESPACE_END

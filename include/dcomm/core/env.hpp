@@ -163,10 +163,13 @@ struct Config {
   // peers' buffers (cross-memory attach) when every rank is on one host and can read every
   // other; 0 turns that off.
   size_t cma_bytes = 16u << 10;  // measured: ahead of the FIFO from 16 KiB on 2 ranks
-  // DCOMM_CMA_REDUCE_BYTES: all_reduce and reduce_scatter calls from this size reduce straight
-  // from the peers' inputs (single copy; out of place from cma_out_of_place_bytes only when
-  // every rank's buffers are from dcomm::mem_alloc); 0 turns that off.
+  // DCOMM_CMA_REDUCE_BYTES: all_reduce calls from this size reduce straight from the peers'
+  // inputs (single copy; out of place from cma_out_of_place_bytes only when every rank's
+  // buffers are from dcomm::mem_alloc); 0 turns that off. The host tuning measures it
+  // (comm/host_tuning.hpp). DCOMM_CMA_REDUCE_SCATTER_BYTES: the same for reduce_scatter (unset,
+  // DCOMM_CMA_REDUCE_BYTES when that is set).
   size_t cma_reduce_bytes = 1u << 20;
+  size_t cma_reduce_scatter_bytes = 1u << 20;
   // DCOMM_CMA_OUT_OF_PLACE_BYTES: out-of-place all_reduce and reduce_scatter calls from this
   // size take single copy only when every rank's buffers are from dcomm::mem_alloc; below it,
   // through the kernel too (measured on 2 ranks, 2026-12-03: ahead of the ring at 16 MiB, behind
@@ -200,14 +203,15 @@ struct Config {
     auto staging = env_size("DCOMM_MAX_STAGING_BYTES", static_cast<long long>(c.max_staging_bytes), 0, 1LL << 50);
     auto cma = env_size("DCOMM_CMA_BYTES", static_cast<long long>(c.cma_bytes), 0, 1LL << 50);
     auto cma_reduce = env_size("DCOMM_CMA_REDUCE_BYTES", static_cast<long long>(c.cma_reduce_bytes), 0, 1LL << 50);
+    auto cma_rs = env_size("DCOMM_CMA_REDUCE_SCATTER_BYTES", cma_reduce.ok() ? *cma_reduce : 0, 0, 1LL << 50);
     auto cma_oop =
         env_size("DCOMM_CMA_OUT_OF_PLACE_BYTES", static_cast<long long>(c.cma_out_of_place_bytes), 0, 1LL << 50);
     auto per_host = env_size("DCOMM_TEST_RANKS_PER_HOST", 0, 0, 1 << 20);
     auto cyclic = env_size("DCOMM_TEST_CYCLIC_HOSTS", 0, 0, 1 << 20);
-    for (const Status& s :
-         {timeout.status(), slot.status(), slots.status(), small_slots.status(), socks.status(), spin.status(),
-          proxy_spin.status(), zero_copy.status(), rendezvous.status(), stream.status(), direct.status(),
-          staging.status(), cma.status(), cma_reduce.status(), cma_oop.status(), per_host.status(), cyclic.status()})
+    for (const Status& s : {timeout.status(), slot.status(), slots.status(), small_slots.status(), socks.status(),
+                            spin.status(), proxy_spin.status(), zero_copy.status(), rendezvous.status(),
+                            stream.status(), direct.status(), staging.status(), cma.status(), cma_reduce.status(),
+                            cma_rs.status(), cma_oop.status(), per_host.status(), cyclic.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -224,6 +228,7 @@ struct Config {
     c.max_staging_bytes = static_cast<size_t>(*staging);
     c.cma_bytes = static_cast<size_t>(*cma);
     c.cma_reduce_bytes = static_cast<size_t>(*cma_reduce);
+    c.cma_reduce_scatter_bytes = static_cast<size_t>(*cma_rs);
     c.cma_out_of_place_bytes = static_cast<size_t>(*cma_oop);
     c.test_ranks_per_host = static_cast<int>(*per_host);
     c.test_cyclic_hosts = static_cast<int>(*cyclic);
