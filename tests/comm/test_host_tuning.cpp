@@ -1,8 +1,9 @@
 // The host tuning (comm/host_tuning.hpp): what it derives from a measurement, its cache (read
 // back on the same host; one written for another host, or unreadable, ignored and why said),
 // every rank taking rank 0's values, DCOMM_CMA_BYTES and a program's own value winning, and the
-// collectives exact either side of the threshold it chose; the reduce crossover (comm/tuning.hpp):
-// its walk up the sizes, measured at a set-up, cached by shape, and exact either side.
+// collectives exact either side of the threshold it chose; the thresholds of a shape
+// (comm/tuning.hpp): their walks up the sizes, measured at a set-up, cached by shape, and exact
+// either side.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -46,16 +47,17 @@ TEST_CASE(
   std::ofstream(path) << "dcomm-host-tuning\nhost " << sig << "\ncma_us lots\n";
   CHECK_FALSE(read_host_tuning(path, sig, &why));
   CHECK(why.find("unreadable") != std::string::npos);
-  HostMeasure with_shapes{0.5, 20, {{"2-processes", 32768, 2097152}, {"4-threads", 65536, 1048576}}};
+  HostMeasure with_shapes{0.5, 20, {{"2-processes", 32768, 2097152, 8192}, {"4-threads", 65536, 1048576, 2048}}};
   REQUIRE(write_host_tuning(path, sig, with_shapes).ok());
   back = read_host_tuning(path, sig, &why);
   REQUIRE(back);
-  REQUIRE(back->crossover("2-processes"));
-  CHECK(back->crossover("2-processes")->all_reduce == 32768);
-  CHECK(back->crossover("2-processes")->reduce_scatter == 2097152);
-  CHECK(back->crossover("4-threads")->all_reduce == 65536);
-  CHECK_FALSE(back->crossover("3-threads"));
-  std::ofstream(path, std::ios::app) << "reduce 8-threads lots 1\n";
+  REQUIRE(back->for_shape("2-processes"));
+  CHECK(back->for_shape("2-processes")->all_reduce == 32768);
+  CHECK(back->for_shape("2-processes")->reduce_scatter == 2097152);
+  CHECK(back->for_shape("4-threads")->all_reduce == 65536);
+  CHECK(back->for_shape("2-processes")->direct == 8192);
+  CHECK_FALSE(back->for_shape("3-threads"));
+  std::ofstream(path, std::ios::app) << "shape 8-threads lots 1 1\n";
   CHECK_FALSE(read_host_tuning(path, sig, &why));
   CHECK(why.find("unreadable") != std::string::npos);
   std::remove(path.c_str());
@@ -95,52 +97,60 @@ TEST_CASE("host tuning: every rank takes rank 0's value; DCOMM_CMA_BYTES and a p
 }
 
 TEST_CASE(
-    "reduce crossover: single copy ahead at two sizes in a row gives the first; behind through 4 MiB gives 8 MiB") {
-  auto walk = [](std::initializer_list<bool> ahead) {
-    detail::CrossoverSweep sweep;
+    "shape walks: single copy from the first of two sizes ahead in a row (behind through 4 MiB: 8 MiB); direct "
+    "up to the last size of its run ahead") {
+  auto walk = [](size_t k, std::initializer_list<bool> ahead) {
+    auto walks = detail::shape_walks(Config{}.slot_bytes);
     for (bool a : ahead) {
-      REQUIRE(sweep.next[0] != 0);
-      sweep.record(0, a);
+      REQUIRE(walks[k].next != 0);
+      walks[k].record(a);
     }
-    CHECK(sweep.next[0] == 0);  // done
-    return sweep.found[0];
+    CHECK(walks[k].next == 0);  // done
+    return walks[k].found;
   };
-  CHECK(walk({true, true}) == 16384);
-  CHECK(walk({false, true, true}) == 32768);
-  CHECK(walk({false, true, false, true, true}) == 131072);  // one size ahead alone is not enough
-  CHECK(walk({false, false, false, false, false, false, false, false, false}) == size_t{8} << 20);
-  CHECK(walk({false, false, false, false, false, false, false, false, true}) == size_t{4} << 20);
-  detail::CrossoverSweep sweep;
-  sweep.record(0, false);
-  CHECK(sweep.next[0] == 32768);
-  CHECK(sweep.next[1] == 16384);  // the other collective walks on its own
+  CHECK(walk(0, {true, true}) == 16384);
+  CHECK(walk(0, {false, true, true}) == 32768);
+  CHECK(walk(1, {false, true, false, true, true}) == 131072);  // one size ahead alone is not enough
+  CHECK(walk(0, {false, false, false, false, false, false, false, false, false}) == size_t{8} << 20);
+  CHECK(walk(1, {false, false, false, false, false, false, false, false, true}) == size_t{4} << 20);
+  CHECK(walk(2, {true, true, true}) == 16384);  // 4, 8, 16 KiB: the most a direct exchange takes
+  CHECK(walk(2, {true, false}) == 4096);
+  CHECK(walk(2, {false}) == 2048);
+  auto walks = detail::shape_walks(Config{}.slot_bytes);
+  walks[0].record(false);
+  CHECK(walks[0].next == 32768);
+  CHECK(walks[1].next == 16384);                     // each walks on its own
+  CHECK(detail::shape_walks(8192)[2].last == 8192);  // direct takes at most a slot
 }
 
 TEST_CASE(
-    "reduce crossover: measured at the first set-up of a shape, cached, on every rank; variables win; exact "
-    "either side") {
+    "shape tuning: measured at the first set-up of a shape, cached, on every rank; variables win; exact either "
+    "side") {
   const std::string path = temp_path("crossover");
   std::remove(path.c_str());
   setenv("DCOMM_HOST_TUNING_CACHE", path.c_str(), 1);
   detail::host_tuning_memo().known.reset();  // as in a process that has not set up a communicator yet
-  Config config;                             // the default FIFO slots: the crossover is measured with them
+  Config config;                             // the default FIFO slots: a shape is measured with them
   config.timeout = std::chrono::seconds(20);
   auto comms = Communicator::create_local(2, config);
   REQUIRE_MESSAGE(comms.ok(), comms.status().message());
   std::string why;
   auto cached = read_host_tuning(path, host_signature(), &why);
   REQUIRE_MESSAGE(cached, why);
-  const ReduceCrossover* entry = cached->crossover("2-threads");
+  const ShapeTuning* entry = cached->for_shape("2-threads");
   REQUIRE(entry);
   CHECK(entry->all_reduce >= 16384);
   CHECK(entry->all_reduce <= size_t{8} << 20);
   CHECK(entry->reduce_scatter >= 16384);
+  CHECK(entry->direct >= 2048);
+  CHECK(entry->direct <= 16384);
   for (auto& c : *comms) {
     CHECK(c->config().cma_reduce_bytes == entry->all_reduce);
     CHECK(c->config().cma_reduce_scatter_bytes == entry->reduce_scatter);
+    CHECK(c->config().direct_bytes == entry->direct);
   }
   // Either side of what it chose, all_reduce and reduce_scatter (in and out of place) are exact.
-  for (size_t threshold : {entry->all_reduce, entry->reduce_scatter})
+  for (size_t threshold : {entry->all_reduce, entry->reduce_scatter, entry->direct})
     for (size_t bytes : {threshold - 64, threshold, threshold + 64}) {
       CAPTURE(bytes);
       on_ranks(*comms, [&](Communicator& c) {
@@ -159,7 +169,7 @@ TEST_CASE(
       });
     }
   // A second set-up of the shape reads it; a variable or the program's own value wins over it.
-  CHECK(host_tuning().measured.crossover("2-threads"));
+  CHECK(host_tuning().measured.for_shape("2-threads"));
   setenv("DCOMM_CMA_REDUCE_BYTES", "3M", 1);
   auto with_env = Communicator::create_local(2);  // the configuration from the environment
   unsetenv("DCOMM_CMA_REDUCE_BYTES");
@@ -176,6 +186,16 @@ TEST_CASE(
     CHECK(c->config().cma_reduce_bytes == entry->all_reduce);
     CHECK(c->config().cma_reduce_scatter_bytes == 5000);
   }
+  // A communicator made from a tuned one (split here; shrink and grow alike) takes its values and
+  // neither measures nor reads: with no cache and nothing in memory, none is written.
   std::remove(path.c_str());
+  detail::host_tuning_memo().known.reset();
+  on_ranks(*comms, [&](Communicator& c) {
+    auto child = c.split(0, c.rank());
+    REQUIRE_MESSAGE(child.ok(), child.status().message());
+    CHECK((*child)->config().direct_bytes == entry->direct);
+    CHECK((*child)->config().cma_reduce_bytes == entry->all_reduce);
+  });
+  CHECK_FALSE(std::ifstream(path).good());
   unsetenv("DCOMM_HOST_TUNING_CACHE");
 }

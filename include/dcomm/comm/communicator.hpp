@@ -375,7 +375,8 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
     resolve_auto_spin(config_, local_size_, kinds_);
 
     DCOMM_RETURN_IF_ERROR(agree_facts(facts_, {rank_, local_size_, peers_, kinds_, *store_, prefix_, config_}));
-    auto sweep = agree_host_tuning(config_, {rank_, size_, *store_, prefix_, facts_.single_copy, peers_});
+    auto sweep =
+        agree_host_tuning(config_, {rank_, size_, *store_, prefix_, facts_.single_copy, peers_, facts_.link.load});
     if (!sweep.ok()) return sweep.status();
 
     DCOMM_RETURN_IF_ERROR(build_transports(transports_, rank, peers_, kinds_, *store_, prefix, config_,
@@ -398,7 +399,7 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
     }
     const RunCollective forced = [this](const OpDesc& d, std::optional<Algorithm> a) { return run(d, a); };
     Status tuned = tune_link_model(facts_.link, rank_, size_, forced);
-    if (tuned.ok() && !sweep->empty()) tuned = tune_reduce_crossover(config_, facts_, rank_, *sweep, forced);
+    if (tuned.ok() && !sweep->empty()) tuned = tune_shape(config_, facts_, rank_, *sweep, forced);
     choices_.clear();  // chosen with the link model and thresholds before tuning
     return tuned;
   }

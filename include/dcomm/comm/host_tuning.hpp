@@ -12,11 +12,12 @@
 //                    cost: 64-byte reads of this process's own memory; the bandwidth: 64 KiB
 //                    copies within L2; each the best of 5 rounds (a preemption only slows a round
 //                    down). Rounded to a power of two, 4 KiB to 1 MiB.
-//   DCOMM_CMA_REDUCE_BYTES, DCOMM_CMA_REDUCE_SCATTER_BYTES
-//                    where single copy overtakes the FIFO algorithms: timed side by side by
-//                    every rank of the first communicator of each shape on the host (ranks, and
-//                    processes or threads), since it takes them all (comm/tuning.hpp's
-//                    tune_reduce_crossover); kept in the same cache, one line per shape.
+//   DCOMM_CMA_REDUCE_BYTES, DCOMM_CMA_REDUCE_SCATTER_BYTES, DCOMM_DIRECT_BYTES
+//                    where single copy overtakes the FIFO algorithms, and up to where the
+//                    direct exchange is ahead of them: timed side by side by every rank of the
+//                    first communicator of each shape on the host (ranks, and processes or
+//                    threads), since it takes them all (comm/tuning.hpp's tune_shape); kept in
+//                    the same cache, one line per shape.
 // What stays fixed, and why: docs/environment.md ("Tuned where it runs").
 //
 // DCOMM_HOST_TUNING=off keeps the compiled-in defaults. The cache: DCOMM_HOST_TUNING_CACHE, else
@@ -52,20 +53,21 @@
 
 DCOMM_NAMESPACE_BEGIN
 
-// From which size single copy reduces ahead of the FIFO algorithms, for communicators of one
-// shape on this host ("2-processes", "4-threads").
-struct ReduceCrossover {
+// The thresholds measured for communicators of one shape on this host ("2-processes",
+// "4-threads"): from which size single copy reduces ahead of the FIFO algorithms (all_reduce,
+// reduce_scatter), and up to which size the direct exchange is ahead (all_reduce).
+struct ShapeTuning {
   std::string shape;
-  size_t all_reduce = 0, reduce_scatter = 0;
+  size_t all_reduce = 0, reduce_scatter = 0, direct = 0;
 };
 
 struct HostMeasure {
   double cma_us = 0;    // a process_vm_readv's fixed cost
   double copy_gbs = 0;  // memcpy within L2
-  std::vector<ReduceCrossover> reduce;
+  std::vector<ShapeTuning> shapes;
 
-  const ReduceCrossover* crossover(const std::string& shape) const {
-    for (const ReduceCrossover& r : reduce)
+  const ShapeTuning* for_shape(const std::string& shape) const {
+    for (const ShapeTuning& r : shapes)
       if (r.shape == shape) return &r;
     return nullptr;
   }
@@ -79,7 +81,7 @@ struct HostTuning {
 };
 
 namespace detail {
-inline constexpr int kHostTuningFormat = 2;
+inline constexpr int kHostTuningFormat = 3;
 
 inline std::string first_field(const char* path, const std::string& key) {
   std::ifstream in(path);
@@ -169,8 +171,8 @@ inline std::optional<HostMeasure> read_host_tuning(const std::string& path, cons
     *why = path + " is not a dcomm host tuning (unreadable): measured again";
     return std::nullopt;
   }
-  for (ReduceCrossover r; in >> key >> r.shape >> r.all_reduce >> r.reduce_scatter && key == "reduce";)
-    m.reduce.push_back(r);
+  for (ShapeTuning r; in >> key >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct && key == "shape";)
+    m.shapes.push_back(r);
   if (!in.eof()) {
     *why = path + " is not a dcomm host tuning (unreadable after copy_gbs): measured again";
     return std::nullopt;
@@ -190,8 +192,8 @@ inline Status write_host_tuning(const std::string& path, const std::string& sign
   {
     std::ofstream out(tmp);
     out << "dcomm-host-tuning\nhost " << signature << "\ncma_us " << m.cma_us << "\ncopy_gbs " << m.copy_gbs << "\n";
-    for (const ReduceCrossover& r : m.reduce)
-      out << "reduce " << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << "\n";
+    for (const ShapeTuning& r : m.shapes)
+      out << "shape " << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << " " << r.direct << "\n";
     if (!out) return make_error(ErrorCode::kInternal, "cannot write the host tuning cache ", tmp);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -213,7 +215,7 @@ inline HostTuningMemo& host_tuning_memo() {
 
 // The thresholds a DCOMM_* variable or the program chose: the tuning leaves them as they are.
 struct ChosenThresholds {
-  bool cma, all_reduce, reduce_scatter;
+  bool cma, all_reduce, reduce_scatter, direct;
 };
 inline ChosenThresholds chosen_thresholds(const Config& c) {
   const Config d;
@@ -221,7 +223,8 @@ inline ChosenThresholds chosen_thresholds(const Config& c) {
   return {!env_or("DCOMM_CMA_BYTES").empty() || c.cma_bytes != d.cma_bytes,
           reduce_env || c.cma_reduce_bytes != d.cma_reduce_bytes,
           reduce_env || !env_or("DCOMM_CMA_REDUCE_SCATTER_BYTES").empty() ||
-              c.cma_reduce_scatter_bytes != d.cma_reduce_scatter_bytes};
+              c.cma_reduce_scatter_bytes != d.cma_reduce_scatter_bytes,
+          !env_or("DCOMM_DIRECT_BYTES").empty() || c.direct_bytes != d.direct_bytes};
 }
 }  // namespace detail
 
@@ -261,22 +264,22 @@ inline HostTuning host_tuning() {
   return t;
 }
 
-// A set-up's measured crossover joins this host's tuning and its cache (with the shapes that
+// A set-up's measured shape joins this host's tuning and its cache (with the shapes that
 // other processes added to the cache meanwhile).
-inline void remember_reduce_crossover(const ReduceCrossover& r) {
+inline void remember_shape_tuning(const ShapeTuning& r) {
   detail::HostTuningMemo& memo = detail::host_tuning_memo();
   std::lock_guard<std::mutex> lock(memo.mu);
   if (!memo.known || memo.known->off) return;
-  std::vector<ReduceCrossover>& mine = memo.known->measured.reduce;
-  mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const ReduceCrossover& x) { return x.shape == r.shape; }),
+  std::vector<ShapeTuning>& mine = memo.known->measured.shapes;
+  mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const ShapeTuning& x) { return x.shape == r.shape; }),
              mine.end());
   mine.push_back(r);
   const std::string path = host_tuning_cache_path(), signature = host_signature();
   std::string why;
   HostMeasure m = memo.known->measured;
   if (auto on_disk = read_host_tuning(path, signature, &why))
-    for (const ReduceCrossover& x : on_disk->reduce)
-      if (!m.crossover(x.shape)) m.reduce.push_back(x);
+    for (const ShapeTuning& x : on_disk->shapes)
+      if (!m.for_shape(x.shape)) m.shapes.push_back(x);
   if (Status w = write_host_tuning(path, signature, m); !w.ok()) DCOMM_LOG(kInfo, kSubsysTuning, 0, w.message());
 }
 
@@ -287,48 +290,61 @@ struct HostTuningContext {
   const std::string& prefix;
   bool single_copy;                    // every rank can read every other's memory (comm/facts.hpp)
   const std::vector<PeerInfo>& peers;  // all on this host when single_copy
+  double load;                         // the most ranks per core on a host (comm/facts.hpp)
 };
+
+// Over 2 ranks per core a timing measures the scheduler more than the algorithms (and 8 ranks on
+// 2 cores took 60 ms over the 50 a first set-up may add): such shapes keep the compiled-in values.
+inline constexpr double kMaxTunedLoad = 2;
 
 // Collective over a communicator in set-up: rank 0's tuning goes to every rank's `config`,
 // except where a DCOMM_* variable or the program chose the value. Returns the shape whose
-// reduce crossover this set-up must measure (comm/tuning.hpp: every rank can read every
-// other's memory, and the cache has none for it), or "" for none.
+// thresholds this set-up must measure (comm/tuning.hpp: every rank can read every other's
+// memory, and the cache has none for it), or "" for none.
 inline Result<std::string> agree_host_tuning(Config& config, const HostTuningContext& c) {
   const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
   const bool threads = std::all_of(c.peers.begin(), c.peers.end(),
                                    [&](const PeerInfo& p) { return p.process_id == c.peers[0].process_id; });
   const std::string shape = detail::cat(c.size, threads ? "-threads" : "-processes");
-  size_t v[4] = {0, 0, 0, 0};  // DCOMM_CMA_BYTES, the reduce crossover (all_reduce, reduce_scatter), measure it
-  if (c.rank == 0) {
+  size_t v[5] = {0, 0, 0, 0, 0};           // DCOMM_CMA_BYTES, the shape's (all_reduce, reduce_scatter, direct), measure
+  if (c.rank == 0 && config.host_tuned) {  // made from a tuned communicator: its values
+    v[0] = config.cma_bytes, v[1] = config.cma_reduce_bytes, v[2] = config.cma_reduce_scatter_bytes;
+    v[3] = config.direct_bytes;
+  } else if (c.rank == 0) {
     const HostTuning t = host_tuning();
     // Measured with the default FIFO slots; with others (DCOMM_SLOT_BYTES) the compiled-in values.
     const bool default_slots = config.slot_bytes == Config{}.slot_bytes;
-    const ReduceCrossover* known = default_slots ? t.measured.crossover(shape) : nullptr;
+    const ShapeTuning* known = default_slots ? t.measured.for_shape(shape) : nullptr;
     const bool measure = !t.off && default_slots && c.single_copy && c.size >= 2 && c.size <= kAllPeerMaxRanks &&
-                         !known && !(chosen.all_reduce && chosen.reduce_scatter);
+                         c.load <= kMaxTunedLoad && !known &&
+                         !(chosen.all_reduce && chosen.reduce_scatter && chosen.direct);
     v[0] = t.cma_bytes, v[1] = known ? known->all_reduce : 0, v[2] = known ? known->reduce_scatter : 0;
-    v[3] = measure ? 1 : 0;
+    v[3] = known ? known->direct : 0, v[4] = measure ? 1 : 0;
     DCOMM_LOG(
         kInfo, kSubsysTuning, c.rank, "host tuning ", t.source, ": process_vm_readv ", t.measured.cma_us,
         " us, copies in cache ", t.measured.copy_gbs, " GB/s -> single copy from ", v[0], " bytes",
         chosen.cma ? detail::cat(" (not taken: DCOMM_CMA_BYTES or the program chose ", config.cma_bytes, ")") : "",
         known ? detail::cat("; ", shape, ": single copy reduces from ", v[1], " (all_reduce), ", v[2],
-                            " bytes (reduce_scatter)")
+                            " bytes (reduce_scatter); direct up to ", v[3], " bytes")
               : "",
-        measure ? detail::cat("; ", shape, ": the reduce crossover is measured at this set-up") : "");
-    if (c.size > 1)
-      DCOMM_RETURN_IF_ERROR(c.store.set(c.prefix + "/host_tuning", detail::cat(v[0], " ", v[1], " ", v[2], " ", v[3])));
-  } else {
+        measure ? detail::cat("; ", shape, ": its thresholds are measured at this set-up") : "");
+  }
+  if (c.rank == 0 && c.size > 1) {
+    DCOMM_RETURN_IF_ERROR(
+        c.store.set(c.prefix + "/host_tuning", detail::cat(v[0], " ", v[1], " ", v[2], " ", v[3], " ", v[4])));
+  } else if (c.rank != 0) {
     auto got = c.store.get(c.prefix + "/host_tuning");
     if (!got.ok()) return got.status().with_context("rank 0's host tuning");
     std::istringstream in(*got);
-    if (!(in >> v[0] >> v[1] >> v[2] >> v[3]))
+    if (!(in >> v[0] >> v[1] >> v[2] >> v[3] >> v[4]))
       return make_error(ErrorCode::kInternal, "rank 0 published an unreadable host tuning '", *got, "'");
   }
   if (!chosen.cma) config.cma_bytes = v[0];
   if (!chosen.all_reduce && v[1]) config.cma_reduce_bytes = v[1];
   if (!chosen.reduce_scatter && v[2]) config.cma_reduce_scatter_bytes = v[2];
-  return v[3] ? shape : std::string();
+  if (!chosen.direct && v[3]) config.direct_bytes = v[3];
+  config.host_tuned = true;
+  return v[4] ? shape : std::string();
 }
 
 DCOMM_NAMESPACE_END

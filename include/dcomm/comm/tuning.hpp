@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -102,93 +103,151 @@ inline Status tune_link_model(LinkModel& link, int rank, int size, const RunColl
 }
 
 namespace detail {
-inline constexpr size_t kCrossoverFirst = 16u << 10, kCrossoverLast = 4u << 20;
-inline constexpr double kCrossoverBudgetUs = 40'000;  // the bound on a first set-up is 50 ms
+inline constexpr double kShapeBudgetUs = 30'000;  // the bound on what a first set-up adds is 50 ms
+inline constexpr size_t kSingleCopyFirst = 16u << 10, kSingleCopyLast = 4u << 20;
 
-// Rank 0's walk up the sizes, for all_reduce [0] and reduce_scatter [1]: the next size to time
-// (0: done) and the size found (0: none, the budget ran out).
-struct CrossoverSweep {
-  size_t next[2] = {kCrossoverFirst, kCrossoverFirst};
-  size_t found[2] = {0, 0};
-  bool ahead_before[2] = {false, false};
+// One walk up the sizes, doubling, that rank 0 makes: the next size to time (0: done) and what
+// it found. kFromTwiceAhead: the first of two sizes in a row where the candidate is ahead (behind
+// at the last size: twice it; 0 while nothing is found). kWhileAhead: the last size of the run,
+// from the first, where the candidate is ahead (`found` starts as the answer for none).
+struct SizeWalk {
+  enum class Rule { kFromTwiceAhead, kWhileAhead } rule;
+  size_t next, last, found = 0;
+  bool ahead_before = false;
 
-  // Single copy was ahead at next[k], or not. Ahead at two sizes in a row: the first of them.
-  // Behind at the last size: twice it (the FIFO algorithms were ahead through it).
-  void record(int k, bool ahead) {
-    const size_t at = next[k];
-    if (ahead && ahead_before[k]) found[k] = at / 2, next[k] = 0;
-    else if (at >= kCrossoverLast) found[k] = ahead ? at : 2 * at, next[k] = 0;
-    else next[k] = 2 * at;
-    ahead_before[k] = ahead;
+  void record(bool ahead) {
+    const size_t at = next;
+    if (rule == Rule::kWhileAhead) {
+      if (ahead) found = at;
+      next = ahead && at < last ? 2 * at : 0;
+    } else if (ahead && ahead_before) {
+      found = at / 2, next = 0;
+    } else if (at >= last) {
+      found = ahead ? at : 2 * at, next = 0;
+    } else {
+      next = 2 * at;
+    }
+    ahead_before = ahead;
   }
 };
+
+// tune_shape's walks: single copy's all_reduce and reduce_scatter, 16 KiB to 4 MiB; the direct
+// all_reduce, 4 KiB to 16 KiB (at most a slot), 2 KiB where it is behind at 4 KiB.
+inline std::array<SizeWalk, 3> shape_walks(size_t slot_bytes) {
+  using Rule = SizeWalk::Rule;
+  return {SizeWalk{Rule::kFromTwiceAhead, kSingleCopyFirst, kSingleCopyLast},
+          SizeWalk{Rule::kFromTwiceAhead, kSingleCopyFirst, kSingleCopyLast},
+          SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048}};
+}
+}  // namespace detail
+
+namespace detail {
+// Every rank's values become the largest over the ranks (rank 0's plan, with zeros elsewhere).
+inline Status max_over_ranks(const RunCollective& run, double* values, size_t n) {
+  return run(OpDesc{OpKind::kAllReduce, values, values, n, DataType::kFloat64, ReduceOp::kMax}, std::nullopt);
+}
+
+// Call d with algorithms a and b, side by side: us[i], the slowest rank's mean. Enough calls a
+// round (about 100 us of them, 2 to 64, as the slowest rank saw one call of each) that the ranks'
+// skew at its start and end is small beside them, and few where a loaded host makes every call
+// slow.
+inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algorithm (&algorithms)[2], double us[2]) {
+  for (int i = 0; i < 2; ++i) {
+    const auto call = [&] { return run(d, algorithms[i]); };
+    DCOMM_RETURN_IF_ERROR(call());  // connects the links it needs, faults the pages in
+    auto one = timed_us(1, call);
+    if (!one.ok()) return one.status();
+    us[i] = *one;
+  }
+  DCOMM_RETURN_IF_ERROR(max_over_ranks(run, us, 2));
+  const int iters = static_cast<int>(std::clamp(100.0 / std::max({us[0], us[1], 0.05}), 2.0, 64.0));
+  for (int i = 0; i < 2; ++i) {
+    auto mean = timed_us(iters, [&] { return run(d, algorithms[i]); });
+    if (!mean.ok()) return mean.status().with_context("timing the thresholds of this shape (the host tuning)");
+    us[i] = *mean;
+  }
+  return max_over_ranks(run, us, 2);
+}
 }  // namespace detail
 
 // Collective over a communicator whose ranks can all read each other's memory (one host, at
-// most kAllPeerMaxRanks): from which size single copy reduces ahead of what the cost model
-// would run otherwise, for all_reduce and reduce_scatter. Both are timed side by side (float32
-// sums, one untimed call, then the best of three means of two) at 16 KiB, 32 KiB, ... 4 MiB,
-// out of place (in place with more ranks than cores, where out of place keeps to the FIFO
-// unless the buffers are from mem_alloc), at most 40 ms in all. Rank 0's clock decides and
-// every rank follows its plan, so all time the same calls and take the same values; rank 0
-// adds them to the host's cache under `shape`. A threshold a variable or the program chose
-// is neither timed nor changed.
-inline Status tune_reduce_crossover(Config& config, const SetupFacts& facts, int rank, const std::string& shape,
-                                    const RunCollective& run) {
+// most kAllPeerMaxRanks): from which size single copy is ahead of what the cost model would run
+// otherwise, for all_reduce and reduce_scatter, and up to which size the direct all_reduce is
+// (shape_walks). Each candidate and the alternative are timed side by side (float32 sums;
+// slowest_us), out of place (in place with more ranks than cores, where out of place keeps to
+// the FIFO unless the buffers are from mem_alloc). A round times one size of one walk, the
+// smallest next one; rank 0 plans every round and ends the walks where the next (a size twice
+// the last, about twice its time) would pass 30 ms, so all ranks make the same calls and take
+// the same values. Rank 0 adds them to the host's cache under `shape`. A threshold a variable
+// or the program chose is timed but not changed.
+inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, const std::string& shape,
+                         const RunCollective& run) {
+  using Clock = std::chrono::steady_clock;
   const int size = facts.size();
   const bool in_place = facts.link.load > 1;
-  std::vector<float> in(detail::kCrossoverLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
-  Config without = config;
-  without.cma_reduce_bytes = without.cma_reduce_scatter_bytes = 0;
-  const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
-  detail::CrossoverSweep sweep;
-  const OpKind kinds[2] = {OpKind::kAllReduce, OpKind::kReduceScatter};
-  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> in(detail::kSingleCopyLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
+  const OpKind kinds[3] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllReduce};
+  const Algorithm candidate[3] = {Algorithm::kSingleCopy, Algorithm::kSingleCopy, Algorithm::kDirect};
+  Config without[3] = {config, config, config};
+  without[0].cma_reduce_bytes = without[1].cma_reduce_scatter_bytes = without[2].direct_bytes = 0;
+  std::array<detail::SizeWalk, 3> walks = detail::shape_walks(config.slot_bytes);
+  const auto t0 = Clock::now();
+  auto round_start = t0;
   std::string timings;
-  for (;;) {
-    double plan[2] = {0, 0}, agreed[2] = {0, 0};
-    if (rank == 0) plan[0] = static_cast<double>(sweep.next[0]), plan[1] = static_cast<double>(sweep.next[1]);
-    DCOMM_RETURN_IF_ERROR(
-        run(OpDesc{OpKind::kAllReduce, plan, agreed, 2, DataType::kFloat64, ReduceOp::kMax}, std::nullopt));
-    if (agreed[0] == 0 && agreed[1] == 0) break;
-    for (int k : {0, 1}) {
-      if (agreed[k] == 0) continue;
-      const bool rs = kinds[k] == OpKind::kReduceScatter;
-      const size_t count = static_cast<size_t>(agreed[k]) / sizeof(float) / static_cast<size_t>(rs ? size : 1);
-      float* recv = !in_place ? out.data() : rs ? in.data() + static_cast<size_t>(rank) * count : in.data();
-      const OpDesc d{kinds[k], in.data(), recv, count, DataType::kFloat32, ReduceOp::kSum};
-      const CallShape call{kinds[k], count, sizeof(float), size, in_place, facts.hosts};
-      const Algorithm other = choose_algorithm(call, without, facts.single_copy, facts.link).algorithm;
-      auto fifo = detail::timed_us(2, [&] { return run(d, other); });
-      auto single = detail::timed_us(2, [&] { return run(d, Algorithm::kSingleCopy); });
-      for (const Status& s : {fifo.status(), single.status()})
-        if (!s.ok()) return s.with_context("measuring where single copy reduces ahead (the host tuning)");
-      if (rank != 0) continue;
-      timings += detail::cat(" ", to_string(kinds[k]), " ", call.bytes(), ": ", to_string(other), " ", *fifo,
-                             " us, single_copy ", *single, " us;");
-      sweep.record(k, *single < *fifo);
+  for (double last_round_us = 0;;) {
+    double plan[3] = {0, 0, 0};
+    const auto now = Clock::now();
+    if (round_start != t0) last_round_us = std::chrono::duration<double, std::micro>(now - round_start).count();
+    round_start = now;
+    if (rank == 0 &&
+        std::chrono::duration<double, std::micro>(now - t0).count() + 2 * last_round_us > detail::kShapeBudgetUs)
+      for (detail::SizeWalk& w : walks) w.next = 0;
+    if (rank == 0) {
+      const auto k = std::min_element(walks.begin(), walks.end(), [](const auto& a, const auto& b) {
+        return a.next != 0 && (b.next == 0 || a.next < b.next);
+      });
+      plan[k - walks.begin()] = static_cast<double>(k->next);
     }
-    if (rank == 0 && std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() >
-                         detail::kCrossoverBudgetUs)
-      sweep.next[0] = sweep.next[1] = 0;
+    DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, plan, 3));
+    const auto k = static_cast<size_t>(std::find_if(plan, plan + 3, [](double v) { return v > 0; }) - plan);
+    if (k == 3) break;
+    const bool rs = kinds[k] == OpKind::kReduceScatter;
+    const size_t count = static_cast<size_t>(plan[k]) / sizeof(float) / static_cast<size_t>(rs ? size : 1);
+    float* recv = !in_place ? out.data() : rs ? in.data() + static_cast<size_t>(rank) * count : in.data();
+    const CallShape call{kinds[k], count, sizeof(float), size, in_place, facts.hosts};
+    const Algorithm algorithms[2] = {choose_algorithm(call, without[k], facts.single_copy, facts.link).algorithm,
+                                     candidate[k]};
+    double us[2] = {0, 0};
+    DCOMM_RETURN_IF_ERROR(detail::slowest_us(
+        run, OpDesc{kinds[k], in.data(), recv, count, DataType::kFloat32, ReduceOp::kSum}, algorithms, us));
+    if (rank != 0) continue;
+    timings += detail::cat(" ", to_string(kinds[k]), " ", call.bytes(), ": ", to_string(algorithms[0]), " ", us[0],
+                           " us, ", to_string(algorithms[1]), " ", us[1], " us;");
+    walks[k].record(us[1] < us[0]);
   }
-  double found[2] = {0, 0}, agreed[2] = {0, 0};
-  if (rank == 0) found[0] = static_cast<double>(sweep.found[0]), found[1] = static_cast<double>(sweep.found[1]);
-  DCOMM_RETURN_IF_ERROR(
-      run(OpDesc{OpKind::kAllReduce, found, agreed, 2, DataType::kFloat64, ReduceOp::kMax}, std::nullopt));
-  // Where the budget ran out: the compiled-in value, kept in the cache too (not timed again).
-  const size_t all_reduce = agreed[0] > 0 ? static_cast<size_t>(agreed[0]) : Config{}.cma_reduce_bytes;
-  const size_t reduce_scatter = agreed[1] > 0 ? static_cast<size_t>(agreed[1]) : Config{}.cma_reduce_scatter_bytes;
-  if (!chosen.all_reduce) config.cma_reduce_bytes = all_reduce;
-  if (!chosen.reduce_scatter) config.cma_reduce_scatter_bytes = reduce_scatter;
+  double found[3] = {0, 0, 0};
+  if (rank == 0)
+    for (size_t k = 0; k < 3; ++k) found[k] = static_cast<double>(walks[k].found);
+  DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, found, 3));
+  // Where the budget ran out before a crossing: the compiled-in value, cached too (not timed again).
+  const Config d;
+  const ShapeTuning t{shape, found[0] > 0 ? static_cast<size_t>(found[0]) : d.cma_reduce_bytes,
+                      found[1] > 0 ? static_cast<size_t>(found[1]) : d.cma_reduce_scatter_bytes,
+                      found[2] > 0 ? static_cast<size_t>(found[2]) : d.direct_bytes};
+  const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
+  if (!chosen.all_reduce) config.cma_reduce_bytes = t.all_reduce;
+  if (!chosen.reduce_scatter) config.cma_reduce_scatter_bytes = t.reduce_scatter;
+  if (!chosen.direct) config.direct_bytes = t.direct;
   if (rank == 0) {
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    DCOMM_LOG(kInfo, kSubsysTuning, rank, shape, ": single copy reduces from ", all_reduce, " (all_reduce), ",
-              reduce_scatter, " bytes (reduce_scatter); measured in ", ms, " ms",
-              agreed[0] > 0 && agreed[1] > 0 ? "" : " (the budget ran out: the rest compiled-in)",
-              chosen.all_reduce || chosen.reduce_scatter ? " (a variable or the program chose one: that one kept)" : "",
+    DCOMM_LOG(kInfo, kSubsysTuning, rank, shape, ": single copy reduces from ", t.all_reduce, " (all_reduce), ",
+              t.reduce_scatter, " bytes (reduce_scatter), direct up to ", t.direct, " bytes; measured in ",
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), " ms",
+              found[0] > 0 && found[1] > 0 ? "" : " (the budget ran out: the rest compiled-in)",
+              chosen.all_reduce || chosen.reduce_scatter || chosen.direct
+                  ? " (what a variable or the program chose is kept)"
+                  : "",
               ":", timings);
-    remember_reduce_crossover({shape, all_reduce, reduce_scatter});
+    remember_shape_tuning(t);
   }
   return {};
 }

@@ -153,7 +153,8 @@ struct Config {
   // (no read-for-ownership); smaller ones keep their output in cache for the caller.
   size_t stream_bytes = 16u << 20;
   // DCOMM_DIRECT_BYTES: all_reduce calls up to this size (at most 16K and one slot) exchange
-  // whole buffers in one step instead of running the ring; 0 turns that off.
+  // whole buffers in one step instead of running the ring; 0 turns that off. The host tuning
+  // measures it (comm/tuning.hpp).
   size_t direct_bytes = 4096;
   // DCOMM_MAX_STAGING_BYTES: the most FIFO memory one rank may hold. Each link a rank talks
   // over takes one FIFO (slots x slot_bytes; 4 MiB by default, so a 2-rank communicator holds
@@ -175,6 +176,10 @@ struct Config {
   // through the kernel too (measured on 2 ranks, 2026-12-03: ahead of the ring at 16 MiB, behind
   // it from 24 MiB, all_reduce and reduce_scatter alike).
   size_t cma_out_of_place_bytes = 24u << 20;
+  // Set by the host tuning (comm/host_tuning.hpp) at a set-up: a communicator made from this one
+  // (split, shrink, grow) takes its rank 0's values and measures nothing, so a recovery waits for
+  // no timing.
+  bool host_tuned = false;
   // DCOMM_ALGO: an algorithm forced per collective (see parse_algo); empty = the cost model's.
   std::array<std::string, 5> algo;
   // DCOMM_TEST_RANKS_PER_HOST: for tests, the algorithms treat every k consecutive ranks as one
