@@ -6,7 +6,7 @@
 //
 // First, what the tuning adds to a communicator's set-up: N ranks (forked processes, 2 by
 // default; 0 skips this) set up a communicator with the tuning off, then with an empty cache of
-// their own (the host measure and the reduce crossover are measured), then again (read from
+// their own (the host measure and the shape's thresholds are measured), then again (read from
 // that cache); each line is the slowest rank's set-up and the thresholds rank 0 took. Then each
 // repetition measures the host from scratch (no cache), as the first communicator on a host
 // does; then the cache is read as later set-ups read it. Prints one line per repetition: the

@@ -46,6 +46,12 @@ Result<double> timed_us(int iters, Call&& call) {
   return us;
 }
 
+// Every rank's values become the largest over the ranks (rank 0's plan, with zeros
+// elsewhere; the slowest rank's fit).
+inline Status max_over_ranks(const RunCollective& run, double* values, size_t n) {
+  return run(OpDesc{OpKind::kAllReduce, values, values, n, DataType::kFloat64, ReduceOp::kMax}, std::nullopt);
+}
+
 // fit: alpha_us, beta_us_per_byte, gamma_us_per_byte.
 inline Status measure_link(int size, const RunCollective& run, double fit[3]) {
   const size_t big = 4u << 20;
@@ -91,12 +97,9 @@ inline Status tune_link_model(LinkModel& link, int rank, int size, const RunColl
   DCOMM_RETURN_IF_ERROR(
       run(OpDesc{OpKind::kAllReduce, &need, &any_need, 1, DataType::kUint8, ReduceOp::kMax}, std::nullopt));
   if (any_need) DCOMM_RETURN_IF_ERROR(detail::measure_link(size, run, fit));
-  double agreed[3];
-  DCOMM_RETURN_IF_ERROR(
-      run(OpDesc{OpKind::kAllReduce, fit, agreed, 3, DataType::kFloat64, ReduceOp::kMax}, std::nullopt));
-  link.alpha_us = agreed[0], link.beta_us_per_byte = agreed[1], link.gamma_us_per_byte = agreed[2];
-  if (any_need && !file.empty() && rank == 0)
-    std::ofstream(file) << format_link_model({load, agreed[0], agreed[1], agreed[2]});
+  DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, fit, 3));
+  link.alpha_us = fit[0], link.beta_us_per_byte = fit[1], link.gamma_us_per_byte = fit[2];
+  if (any_need && !file.empty() && rank == 0) std::ofstream(file) << format_link_model({load, fit[0], fit[1], fit[2]});
   DCOMM_LOG(kInfo, kSubsysTuning, rank, any_need ? "measured" : "loaded", " link model: step ", link.alpha_us, " us, ",
             1e-3 / link.beta_us_per_byte, " GB/s a link, reduction ", 1e-3 / link.gamma_us_per_byte, " GB/s");
   return {};
@@ -138,13 +141,6 @@ inline std::array<SizeWalk, 3> shape_walks(size_t slot_bytes) {
   return {SizeWalk{Rule::kFromTwiceAhead, kSingleCopyFirst, kSingleCopyLast},
           SizeWalk{Rule::kFromTwiceAhead, kSingleCopyFirst, kSingleCopyLast},
           SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048}};
-}
-}  // namespace detail
-
-namespace detail {
-// Every rank's values become the largest over the ranks (rank 0's plan, with zeros elsewhere).
-inline Status max_over_ranks(const RunCollective& run, double* values, size_t n) {
-  return run(OpDesc{OpKind::kAllReduce, values, values, n, DataType::kFloat64, ReduceOp::kMax}, std::nullopt);
 }
 
 // Call d with algorithms a and b, side by side: us[i], the slowest rank's mean. Enough calls a
