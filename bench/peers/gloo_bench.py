@@ -2,7 +2,7 @@
 """Gloo (PyTorch's CPU backend) measured like dcomm-bench: float32 sum, buffers allocated once
 and reused, mean time per iteration of the slowest rank, nccl-tests' busbw factors.
 
-    gloo_bench.py [all_reduce|reduce_scatter|all_gather|broadcast] -N ranks -b min -e max -f factor -n iters -w warmup
+    gloo_bench.py [all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all] -N ranks -b min -e max -f factor -n iters -w warmup
                   [--backend gloo|dcomm]
 
 --backend dcomm measures the dcomm torch backend (dcomm_torch) the same way, through
@@ -61,7 +61,7 @@ def run(rank, size, args):
     n = size
     big = torch.ones(args.max_bytes // 4 * max(1, n) + 16, dtype=torch.float32)
     out = torch.zeros_like(big)
-    factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(args.coll, (n - 1) / n)
+    factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0, "reduce": 1.0}.get(args.coll, (n - 1) / n)
     if rank == 0:
         print(f"# gloo-bench {args.coll}, {n} ranks, backend {args.backend} (torch {torch.__version__})\n"
               "# size_bytes time_us algbw_GBps busbw_GBps")
@@ -77,6 +77,14 @@ def run(rank, size, args):
             t = big[:count]
             op = lambda: dist.broadcast(t, 0)
             shown = count * 4
+        elif args.coll == "reduce":
+            t = big[:count]
+            op = lambda: dist.reduce(t, 0)
+            shown = count * 4
+        elif args.coll == "all_to_all":
+            inp, outp = big[: per * n], out[: per * n]
+            op = lambda: dist.all_to_all_single(outp, inp)
+            shown = per * n * 4
         elif args.coll == "all_gather":
             inp = big[:per]
             outs = list(out[: per * n].chunk(n))

@@ -2,8 +2,11 @@
 // allocated and touched once and reused for every size (so page faults are not timed), mean
 // time per iteration of the slowest rank, nccl-tests' busbw factors.
 //
-//   mpirun -np 2 mpi-bench [all_reduce|reduce_scatter|all_gather|broadcast] [-b min] [-e max]
-//                          [-f factor] [-n iters] [-w warmup]
+//   mpirun -np 2 mpi-bench [all_reduce|reduce_scatter|all_gather|broadcast|reduce|all_to_all]
+//                          [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-i 1]
+// -i 1: in place (MPI_IN_PLACE), as dcomm-bench's in-place column; MPI_Bcast always is, and
+// all_to_all stays out of place (dcomm's in-place column runs it out of place too). reduce's
+// root is rank 0.
 //   mpirun -np 2 mpi-bench ddp_step|fsdp_step [-B sizes] [-n iters] [-w warmup]
 // Prints: size_bytes time_us algbw_GBps busbw_GBps (one line per size; '#' comments). The
 // steps (step_shapes.hpp) print one line: the step's bytes, its time, and busbw with the
@@ -13,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -78,6 +82,7 @@ int main(int argc, char** argv) {
   size_t min_b = 8, max_b = 256 << 20;
   double factor = 4;
   int iters = 20, warmup = 5;
+  bool in_place = false;
   std::string steps;  // -B
   int i = 1;
   if (i < argc && argv[i][0] != '-') coll = argv[i++];
@@ -89,6 +94,7 @@ int main(int argc, char** argv) {
     else if (f == "-n") iters = std::atoi(argv[i + 1]);
     else if (f == "-w") warmup = std::atoi(argv[i + 1]);
     else if (f == "-B") steps = argv[i + 1];
+    else if (f == "-i") in_place = std::atoi(argv[i + 1]) != 0;
   }
   if (coll == "ddp_step" || coll == "fsdp_step") {
     const int rc = run_step(coll, steps, iters, warmup, rank, n);
@@ -96,24 +102,33 @@ int main(int argc, char** argv) {
     return rc;
   }
   std::vector<float> send(max_b / 4 + 16, 1.0f), recv(max_b / 4 + 16, 0.0f);
-  double bus = coll == "all_reduce" ? 2.0 * (n - 1) / n : coll == "broadcast" ? 1.0 : double(n - 1) / n;
-  if (rank == 0) std::printf("# mpi-bench %s, %d ranks\n# size_bytes time_us algbw_GBps busbw_GBps\n", coll.c_str(), n);
+  const bool whole = coll == "all_reduce" || coll == "broadcast" || coll == "reduce";  // size: one rank's vector
+  double bus = coll == "all_reduce"                      ? 2.0 * (n - 1) / n
+               : coll == "broadcast" || coll == "reduce" ? 1.0
+                                                         : double(n - 1) / n;
+  if (rank == 0)
+    std::printf("# mpi-bench %s, %d ranks, %s\n# size_bytes time_us algbw_GBps busbw_GBps\n", coll.c_str(), n,
+                in_place ? "in place" : "out of place");
+  static const char* kColls[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"};
+  const int which = static_cast<int>(std::find(std::begin(kColls), std::end(kColls), coll) - std::begin(kColls));
+  if (which == 6) return std::fprintf(stderr, "mpi-bench: unknown collective %s\n", coll.c_str()), MPI_Finalize(), 2;
   for (size_t bytes = min_b; bytes <= max_b; bytes = static_cast<size_t>(bytes * factor)) {
     size_t count = std::max<size_t>(bytes / 4, 1);
-    size_t per = std::max<size_t>(count / static_cast<size_t>(n), 1);
-    const int which = coll == "all_reduce" ? 0 : coll == "reduce_scatter" ? 1 : coll == "all_gather" ? 2 : 3;
+    const int per = static_cast<int>(std::max<size_t>(count / static_cast<size_t>(n), 1));
+    // In place: the one buffer is recv; MPI_IN_PLACE stands for the input where the standard has it.
+    const void* in = in_place ? MPI_IN_PLACE : send.data();
+    const int c = static_cast<int>(count);
     auto once = [&] {  // no string compares inside the timing
-      if (which == 0)
-        MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      else if (which == 1)
-        MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      else if (which == 2)
-        MPI_Allgather(send.data(), static_cast<int>(per), MPI_FLOAT, recv.data(), static_cast<int>(per), MPI_FLOAT,
-                      MPI_COMM_WORLD);
-      else MPI_Bcast(recv.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
+      if (which == 0) MPI_Allreduce(in, recv.data(), c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      else if (which == 1) MPI_Reduce_scatter_block(in, recv.data(), per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      else if (which == 2) MPI_Allgather(in, per, MPI_FLOAT, recv.data(), per, MPI_FLOAT, MPI_COMM_WORLD);
+      else if (which == 3) MPI_Bcast(recv.data(), c, MPI_FLOAT, 0, MPI_COMM_WORLD);
+      else if (which == 4)  // in place, the root reads MPI_IN_PLACE and the others their one buffer
+        MPI_Reduce(in_place && rank != 0 ? recv.data() : in, recv.data(), c, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+      else MPI_Alltoall(send.data(), per, MPI_FLOAT, recv.data(), per, MPI_FLOAT, MPI_COMM_WORLD);
     };
     const double tmax = timed(once, iters, warmup);
-    size_t shown = coll == "all_reduce" || coll == "broadcast" ? count * 4 : per * static_cast<size_t>(n) * 4;
+    size_t shown = whole ? count * 4 : static_cast<size_t>(per) * static_cast<size_t>(n) * 4;
     double algbw = static_cast<double>(shown) / tmax / 1e3;
     if (rank == 0) std::printf("%zu %.3f %.3f %.3f\n", shown, tmax, algbw, algbw * bus);
     std::fflush(stdout);
