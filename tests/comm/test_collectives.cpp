@@ -263,6 +263,46 @@ TEST_CASE("matrix, threads as ranks, the single-copy paths from 1 KiB") {
   }
 }
 
+// Point-to-point messages from DCOMM_CMA_BYTES go single copy (the receiver copies from the
+// sender's buffer): exact at a block 4 bytes under, at, and 4 bytes over it, as all_to_all's
+// blocks (in and out of place) and as a send_recv round the ring, over shared memory and
+// between threads.
+TEST_CASE("all_to_all and send_recv either side of the single-copy threshold") {
+  for (TransportChoice t : {TransportChoice::kShm, TransportChoice::kInproc})
+    for (int size : {2, 3}) {
+      CAPTURE(size);
+      Config config = test_config(t);
+      config.cma_bytes = 1024;
+      auto comms = Communicator::create_local(size, config);
+      REQUIRE(comms.ok());
+      std::atomic<int> wrong{0};
+      on_ranks(*comms, [&](Communicator& c) {
+        const int r = c.rank(), n = c.size();
+        for (size_t count : {size_t{255}, size_t{256}, size_t{257}}) {
+          auto value = [&](int from, int to, size_t i) {
+            return static_cast<float>(from * 100000 + to * 1000 + i % 997);
+          };
+          std::vector<float> in(count * static_cast<size_t>(n)), out(in.size(), -1.0f);
+          for (int p = 0; p < n; ++p)
+            for (size_t i = 0; i < count; ++i) in[static_cast<size_t>(p) * count + i] = value(r, p, i);
+          std::vector<float> place = in;
+          if (!c.all_to_all(in.data(), out.data(), count, DataType::kFloat32).ok()) ++wrong;
+          if (!c.all_to_all(place.data(), place.data(), count, DataType::kFloat32).ok()) ++wrong;
+          for (int p = 0; p < n; ++p)
+            for (size_t i = 0; i < count; ++i) {
+              wrong += out[static_cast<size_t>(p) * count + i] != value(p, r, i);
+              wrong += place[static_cast<size_t>(p) * count + i] != value(p, r, i);
+            }
+          std::vector<float> got(count, -1.0f);
+          if (!c.send_recv(in.data(), count, (r + 1) % n, got.data(), count, (r + n - 1) % n, DataType::kFloat32).ok())
+            ++wrong;
+          for (size_t i = 0; i < count; ++i) wrong += got[i] != value((r + n - 1) % n, 0, i);
+        }
+      });
+      CHECK(wrong == 0);
+    }
+}
+
 TEST_CASE("matrix, threads as ranks, shared-memory transport") {
   for (int size : {2, 3}) {
     CAPTURE(size);

@@ -17,6 +17,7 @@
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/types.hpp"
 #include "dcomm/algo/p2p_op.hpp"
+#include "dcomm/algo/single_copy.hpp"
 #include "dcomm/core/wait.hpp"
 #include "dcomm/prims/peer.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
@@ -98,18 +99,48 @@ inline Status wait_on_batch(std::span<const P2POp> ops, const std::vector<bool>&
 }
 
 // How one message goes: `rendezvous` (whole, into the receiver's buffer), `by_reference` (a
-// send the wire may read in place), `stamp` (its own, or null: the collective's).
+// send the wire may read in place), `pulled` (whole, copied by the receiver straight from the
+// sender's buffer: single copy on one host), `stamp` (its own, or null: the collective's).
 struct P2PRoute {
   bool rendezvous = false;
   bool by_reference = true;
+  bool pulled = false;
   const CallStamp* stamp = nullptr;
 };
+
+// A pulled message: the send posts where its buffer is; the receive copies it from there
+// (cross-memory attach, or plain loads for a thread or a dcomm::mem_alloc buffer) and hands
+// the slot back at once, which the sender's wait_sent() waits for.
+inline Result<bool> advance_pulled(const P2POp& op, PeerPort& port, const CallStamp* stamp, bool* moved,
+                                   bool* referenced) {
+  const size_t total = op.bytes();
+  if (op.kind == P2POp::Kind::kSend) {
+    const BufferDescriptor where = descriptor_of(op.buffer, total);
+    if (!port.try_post_pulled(&where, sizeof where, stamp)) return false;
+    *referenced = true;
+  } else {
+    const char* slot = nullptr;
+    Status bad;
+    if (!port.try_acquire_recv(sizeof(BufferDescriptor), &slot, &bad, stamp)) return false;
+    if (!bad.ok()) return bad;
+    BufferDescriptor where;
+    std::memcpy(&where, slot, sizeof where);
+    if (where.bytes != total)
+      return make_error(ErrorCode::kAborted, port.info().describe(), " sent ", where.bytes,
+                        " bytes where this rank receives ", total);
+    DCOMM_RETURN_IF_ERROR(port.memory().read(op.buffer, where.address, total, where.input_region));
+    port.release_recv(/*now=*/true);
+  }
+  *moved = true;
+  return true;
+}
 
 // Moves as much of `op` as its port takes now, from `*done` bytes on: true once the whole
 // message has gone; `*moved` says whether any of it did; `*referenced` that a send went by
 // reference (the caller waits for the wire to read it).
 inline Result<bool> advance_p2p(const P2POp& op, PeerPort& port, const P2PRoute& route, size_t* done, bool* moved,
                                 bool* referenced) {
+  if (route.pulled) return advance_pulled(op, port, route.stamp, moved, referenced);
   const size_t total = op.bytes();
   for (;;) {
     size_t n = std::min(port.slot_bytes(), total - *done);
@@ -163,9 +194,11 @@ inline Result<bool> advance_p2p(const P2POp& op, PeerPort& port, const P2PRoute&
 // (type and count), checked by the receive it meets. Otherwise the batch is a step of a
 // collective and its slots carry the collective's stamp. `staging`, where given, holds those
 // copies and is kept from call to call (its pages are touched, and registered with a wire that
-// registers, once, not at every in-place call).
+// registers, once, not at every in-place call). `pull_bytes`: a user's message at least this
+// large is copied by its receiver straight from the sender's buffer (0: none; the communicator
+// sets it where every rank can read every other: DCOMM_CMA_BYTES, as single copy's collectives).
 inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<PeerPort*>& ports, const Config& config,
-                      bool message_stamps = false, std::vector<char>* staging = nullptr) {
+                      bool message_stamps = false, std::vector<char>* staging = nullptr, size_t pull_bytes = 0) {
   auto port_of = [&](const P2POp& op) { return ports[static_cast<size_t>(op.peer)]; };
   std::vector<CallStamp> own_stamps;
   if (message_stamps)
@@ -176,10 +209,12 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   // receiver's buffer (PeerPort::goes_by_rendezvous: both ends decide alike). The batch returns only once
   // the wires have read what went by reference (the end of this function), so a collective's
   // next step, or the caller, may write that memory at once.
-  std::vector<bool> rendezvous(ops.size(), false), by_reference(ops.size(), true);
-  for (size_t i = 0; i < ops.size(); ++i)
-    rendezvous[i] = (message_stamps || ops[i].by_rendezvous) && ops[i].peer != rank && !ops[i].fold &&
+  std::vector<bool> rendezvous(ops.size(), false), by_reference(ops.size(), true), pulled(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    pulled[i] = message_stamps && pull_bytes && ops[i].peer != rank && ops[i].bytes() >= pull_bytes;
+    rendezvous[i] = !pulled[i] && (message_stamps || ops[i].by_rendezvous) && ops[i].peer != rank && !ops[i].fold &&
                     port_of(ops[i])->goes_by_rendezvous(ops[i].bytes());
+  }
   // A failed call leaves no receive landing in the caller's buffers.
   struct Withdraw {
     std::span<const P2POp> ops;
@@ -219,7 +254,8 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
       for (size_t j = 0; j < i && !blocked; ++j)
         blocked = !finished[j] && ops[j].peer == ops[i].peer && ops[j].kind == ops[i].kind;
       if (blocked) continue;
-      const detail::P2PRoute route{rendezvous[i], by_reference[i], message_stamps ? &own_stamps[i] : nullptr};
+      const detail::P2PRoute route{rendezvous[i], by_reference[i], pulled[i],
+                                   message_stamps ? &own_stamps[i] : nullptr};
       const Result<bool> whole =
           detail::advance_p2p(ops[i], *port_of(ops[i]), route, &done[i], &moved, &any_by_reference);
       if (!whole.ok()) return whole.status();
@@ -237,7 +273,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   }
   // The wires have read what went by reference, before the caller may change it.
   for (size_t i = 0; any_by_reference && i < ops.size(); ++i)
-    if ((by_reference[i] || rendezvous[i]) && ops[i].kind == P2POp::Kind::kSend && ops[i].peer != rank)
+    if ((by_reference[i] || rendezvous[i] || pulled[i]) && ops[i].kind == P2POp::Kind::kSend && ops[i].peer != rank)
       DCOMM_RETURN_IF_ERROR(port_of(ops[i])->wait_sent());
   return {};
 }

@@ -83,6 +83,18 @@ class PeerPort {
     commit_by_reference(data, bytes, stamp);
     return true;
   }
+  // A message its receiver copies straight out of this rank's memory (single copy on one
+  // host, algo/p2p.hpp): the slot holds only where it is (`where`, `where_bytes`), and the
+  // message's memory must not change until wait_sent() returns, which waits for the receiver
+  // to hand that slot back once it has copied.
+  bool try_post_pulled(const void* where, size_t where_bytes, const CallStamp* stamp) {
+    char* slot = nullptr;
+    if (!try_acquire_send(where_bytes, &slot)) return false;
+    std::memcpy(slot, where, where_bytes);
+    commit_send(where_bytes, stamp);
+    refs_end_ = out_.tail(std::memory_order_relaxed);
+    return true;
+  }
   // A waiting rank moves a wire it may move itself (verbs), instead of waiting for the proxy.
   void progress() const { conn_->progress(); }
   // Whether a message of `bytes` to or from this peer goes as one rendezvous, straight from the
