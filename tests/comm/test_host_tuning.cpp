@@ -166,6 +166,17 @@ TEST_CASE(
         REQUIRE(c.reduce_scatter(in.data(), out.data(), per, DataType::kFloat32, ReduceOp::kSum).ok());
         const size_t last = static_cast<size_t>(c.rank()) * per + per - 1;
         CHECK(out[per - 1] == static_cast<float>(2 * (last % 1000) + 1));
+        // reduce takes reduce_scatter's threshold: to rank 1 (rank 0 gives no recv), out of
+        // place and in place, every element.
+        for (bool in_place : {false, true}) {
+          for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(i % 1000) + r;
+          std::fill(out.begin(), out.end(), -1.0f);
+          float* recv = c.rank() != 1 ? nullptr : in_place ? in.data() : out.data();
+          REQUIRE(c.reduce(in.data(), recv, n, DataType::kFloat32, ReduceOp::kSum, 1).ok());
+          size_t wrong = 0;
+          for (size_t i = 0; recv && i < n; ++i) wrong += recv[i] != static_cast<float>(2 * (i % 1000) + 1);
+          CHECK(wrong == 0);
+        }
       });
     }
   // A second set-up of the shape reads it; a variable or the program's own value wins over it.

@@ -13,8 +13,9 @@
 // reduce_scatter and all_reduce: rank r owns chunk r. It reads chunk r of every peer's input
 // a tile at a time into a buffer that stays in cache and folds it into its output (every
 // chunk is computed once, by its owner, so every rank ends with the same bits). For
-// all_reduce it then writes each finished tile into every peer's output. In place, a peer's
-// chunk r is read (by rank r only) before rank r overwrites it, a tile at a time.
+// all_reduce it then writes each finished tile into every peer's output; for reduce, into the
+// root's only. In place, a peer's chunk r is read (by rank r only) before rank r overwrites it,
+// a tile at a time.
 #pragma once
 
 #include <algorithm>
@@ -99,13 +100,19 @@ inline Status finish(const std::vector<PeerPort*>& ports, int rank) {
 
 inline constexpr size_t kTileBytes = size_t{256} * 1024;
 
+// Where fold_chunk writes a finished tile besides this rank's output: nowhere, every peer's
+// output, or one rank's (>= 0: a reduce's root).
+inline constexpr int kPushNone = -2, kPushAll = -1;
+
 // Writes `bytes` at `from` (this rank's output, just written, so in cache) to offset `at` of
-// every peer's output, in ring order from the next rank so peers are not all written at once.
+// every peer's output (`to` kPushAll), in ring order from the next rank so peers are not all
+// written at once, or of rank `to`'s only.
 inline Status push_to_peers(const std::vector<PeerPort*>& ports, int rank, const std::vector<BufferDescriptor>& peers,
-                            const char* from, size_t at, size_t bytes) {
+                            const char* from, size_t at, size_t bytes, int to = kPushAll) {
   const int size = static_cast<int>(ports.size());
   for (int k = 1; k < size; ++k) {
     const size_t p = static_cast<size_t>((rank + k) % size);
+    if (to != kPushAll && static_cast<int>(p) != to) continue;
     DCOMM_RETURN_IF_ERROR(
         ports[p]->memory().write(peers[p].output + at, from, bytes, peers[p].output_region, /*stream=*/true));
   }
@@ -184,11 +191,11 @@ namespace detail {
 // out[first, first+count) = this rank's input there, combined with every peer's (rank p's
 // input at peers[p].address; this rank's own at `mine`). Each tile is folded in a buffer that
 // stays in cache (peer tiles are read into another), then stored to `out` (streamed when out
-// of place: nothing reads it back from there) and, with `push`, written into every peer's
-// output from the cached copy.
+// of place: nothing reads it back from there; null: this rank keeps no copy) and written into
+// the outputs `push` names (kPushNone, kPushAll, or a rank) from the cached copy.
 inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
                          const std::vector<BufferDescriptor>& peers, const char* mine, char* out, size_t first,
-                         size_t count, bool push) {
+                         size_t count, int push) {
   const size_t eb = r.elem_bytes;
   const size_t tile_bytes = std::min(kTileBytes, std::max<size_t>(count * eb, 1));
   std::vector<char> buffers(2 * tile_bytes);
@@ -215,8 +222,8 @@ inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Re
     }
     if (partial != sum) std::memcpy(sum, partial, n * eb);  // one rank: nothing to fold
     r.finalize(sum, n);
-    if (sum != out + at) copy_bytes(out + at, sum, n * eb, /*stream=*/true);
-    if (push) DCOMM_RETURN_IF_ERROR(push_to_peers(ports, rank, peers, sum, at, n * eb));
+    if (out && sum != out + at) copy_bytes(out + at, sum, n * eb, /*stream=*/true);
+    if (push != kPushNone) DCOMM_RETURN_IF_ERROR(push_to_peers(ports, rank, peers, sum, at, n * eb, push));
   }
   return {};  // finish() fences the streamed stores
 }
@@ -249,30 +256,35 @@ inline Result<bool> single_copy_reduce_scatter(const std::vector<PeerPort*>& por
   const size_t shift = static_cast<size_t>(rank) * recv_count * eb;
   for (auto& d : *peers) d.address += shift;
   DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *peers, static_cast<const char*>(send) + shift,
-                                           static_cast<char*>(recv), 0, recv_count, /*push=*/false));
+                                           static_cast<char*>(recv), 0, recv_count, detail::kPushNone));
   DCOMM_RETURN_IF_ERROR(detail::finish(ports, rank));
   return true;
 }
 
 // Reduce-scatter and all-gather in one pass: each rank folds its chunk from every input and
-// pushes each finished tile into every output. With `only_if_registered`, it runs only when
-// every rank's output is in a dcomm::mem_alloc block (pushed with streaming stores, no read of
-// the lines first); otherwise it returns false having moved no data, and every rank knows it
-// alike from the descriptors, so all fall back to another algorithm together.
+// pushes each finished tile into every output; with a `root` (>= 0: reduce), into the root's
+// only, and only the root's recv is written. With `only_if_registered`, it runs only when every
+// output written is in a dcomm::mem_alloc block (pushed with streaming stores, no read of the
+// lines first); otherwise it returns false having moved no data, and every rank knows it alike
+// from the descriptors, so all fall back to another algorithm together.
 inline Result<bool> single_copy_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
-                                           const void* send, void* recv, size_t count,
-                                           bool only_if_registered = false) {
+                                           const void* send, void* recv, size_t count, bool only_if_registered = false,
+                                           int root = detail::kPushAll) {
   const int size = static_cast<int>(ports.size());
   const size_t eb = r.elem_bytes;
   const ChunkedBuffer chunks{count, size};
-  const auto mine = detail::descriptor_of(send, count * eb, recv, count * eb);
+  const bool keeps = root == detail::kPushAll || rank == root;  // this rank's recv is written
+  const auto mine = detail::descriptor_of(send, count * eb, keeps ? recv : nullptr, keeps ? count * eb : 0);
   auto peers = detail::swap_descriptors(ports, rank, mine);
   if (!peers.ok()) return peers.status();
-  if (only_if_registered && !detail::all_registered(*peers, mine, rank, &detail::BufferDescriptor::output_region))
-    return false;
+  const bool registered = root == detail::kPushAll
+                              ? detail::all_registered(*peers, mine, rank, &detail::BufferDescriptor::output_region)
+                              : (rank == root ? mine : (*peers)[static_cast<size_t>(root)]).output_region.fd >= 0;
+  if (only_if_registered && !registered) return false;
   const size_t first = chunks.off(rank), n = chunks.off(rank + 1) - first;
   DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *peers, static_cast<const char*>(send),
-                                           static_cast<char*>(recv), first, n, /*push=*/true));
+                                           keeps ? static_cast<char*>(recv) : nullptr, first, n,
+                                           rank == root ? detail::kPushNone : root));
   DCOMM_RETURN_IF_ERROR(detail::finish(ports, rank));
   return true;
 }

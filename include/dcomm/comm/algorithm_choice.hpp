@@ -101,6 +101,7 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
         break;
       case OpKind::kReduceScatter:
       case OpKind::kAllReduce:
+      case OpKind::kReduce:  // reduce_scatter's threshold: its alternatives share the work out alike
         // Out of place from DCOMM_CMA_OUT_OF_PLACE_BYTES, the ring (its staging stays in cache)
         // moves less memory than single copy through the kernel, whose writes into a peer's
         // cold output read each line first (all_reduce) and whose reads pin every page
@@ -116,7 +117,9 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
         if (const size_t from =
                 c.kind == OpKind::kAllReduce ? config.cma_reduce_bytes : config.cma_reduce_scatter_bytes;
             from && bytes >= from)
-          return {c.in_place || (bytes < config.cma_out_of_place_bytes && link.load <= 1)
+          // (a reduce counts as out of place: only its root's recv is given, so the ranks
+          // could see in place differently)
+          return {(c.in_place && c.kind != OpKind::kReduce) || (bytes < config.cma_out_of_place_bytes && link.load <= 1)
                       ? Algorithm::kSingleCopy
                       : Algorithm::kSingleCopyIfRegistered,
                   "measured"};

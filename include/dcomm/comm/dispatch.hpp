@@ -86,9 +86,10 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
     DCOMM_RETURN_IF_ERROR(single_copy_broadcast(links.all(), c.rank, d.root, d.send, d.recv, d.count * eb));
     return true;
   }
-  return d.kind == OpKind::kReduceScatter
-             ? single_copy_reduce_scatter(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered)
-             : single_copy_all_reduce(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered);
+  if (d.kind == OpKind::kReduceScatter)
+    return single_copy_reduce_scatter(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered);
+  return single_copy_all_reduce(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered,
+                                d.kind == OpKind::kReduce ? d.root : detail::kPushAll);
 }
 
 // The schedules and trees over all peers (algo/on_ports.hpp), in the ring order.

@@ -92,6 +92,8 @@ inline constexpr AlgorithmFor kAlgorithmsFor[] = {
     {OpKind::kBroadcast, Algorithm::kSingleCopy},
     {OpKind::kReduce, Algorithm::kRing},
     {OpKind::kReduce, Algorithm::kTree},
+    {OpKind::kReduce, Algorithm::kSingleCopy},
+    {OpKind::kReduce, Algorithm::kSingleCopyIfRegistered},
     {OpKind::kReduce, Algorithm::kOrdered},
 };
 namespace detail {
