@@ -42,6 +42,7 @@ struct BlockMove {
 // from rank-k), so that the ranks do not all start with rank 0.
 inline std::vector<BlockMove> exchange_moves(Exchange what, int rank, int size, int root) {
   std::vector<BlockMove> moves;
+  moves.reserve(2 * static_cast<size_t>(size));
   switch (what) {
     case Exchange::kGather:
       moves.push_back({true, root, 0});
@@ -99,7 +100,9 @@ inline Result<std::vector<P2POp>> exchange_ops(Exchange what, int rank, int size
     return invalid_argument(name, ": root ", root, " is out of range for ", size, " ranks");
   std::vector<P2POp> ops;
   const BlockMove* self_send = nullptr;
-  for (const BlockMove& m : exchange_moves(what, rank, size, root)) {
+  const std::vector<BlockMove> moves = exchange_moves(what, rank, size, root);
+  ops.reserve(moves.size());
+  for (const BlockMove& m : moves) {
     std::span<const Block> side = m.send ? send : recv;
     if (static_cast<size_t>(m.block) >= side.size())
       return invalid_argument(name, " on rank ", rank, ": ", side.size(), " ", m.send ? "send" : "receive",
@@ -134,9 +137,15 @@ inline Result<std::vector<P2POp>> equal_exchange_ops(Exchange what, int rank, in
                                                      void* recv, size_t count, DataType type) {
   const bool blocks_sent = what == Exchange::kAllToAll || (what == Exchange::kScatter && rank == root);
   const bool blocks_received = what == Exchange::kAllToAll || (what == Exchange::kGather && rank == root);
-  const std::vector<Block> one_sent{{send, count}}, one_received{{recv, count}};
-  return exchange_ops(what, rank, size, root, blocks_sent ? equal_blocks(send, count, size, type) : one_sent,
-                      blocks_received ? equal_blocks(recv, count, size, type) : one_received, type);
+  // The side of one block needs no list of its own: a small batch's cost is mostly allocations.
+  const Block one_sent[1] = {{send, count}}, one_received[1] = {{recv, count}};
+  const std::vector<Block> sent = blocks_sent ? equal_blocks(send, count, size, type) : std::vector<Block>{},
+                           received = blocks_received ? equal_blocks(recv, count, size, type) : std::vector<Block>{};
+  auto side = [](bool blocks, const std::vector<Block>& many, const Block(&one)[1]) {
+    return blocks ? std::span<const Block>(many) : std::span<const Block>(one);
+  };
+  return exchange_ops(what, rank, size, root, side(blocks_sent, sent, one_sent),
+                      side(blocks_received, received, one_received), type);
 }
 
 // The moves as a schedule for the simulator (sim/simulator.hpp, SimCollective's exchanges):

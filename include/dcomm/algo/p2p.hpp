@@ -20,21 +20,30 @@
 #include "dcomm/algo/single_copy.hpp"
 #include "dcomm/core/wait.hpp"
 #include "dcomm/prims/peer.hpp"
+#include "dcomm/reduce/copy.hpp"
 #include "dcomm/reduce/host_reducer.hpp"
 
 DCOMM_NAMESPACE_BEGIN
 
 namespace detail {
 
+// What run_p2p keeps of each message of a batch, in one array (a small batch's cost is mostly
+// its allocations): how it goes (P2PRoute's fields) and how far it has got.
+struct MessageState {
+  CallStamp stamp;  // its own (a user's batch)
+  size_t done = 0;
+  bool finished = false, rendezvous = false, by_reference = true, pulled = false;
+};
+
 // A send whose buffer a receive of the same batch also writes (an in-place shift: send to the
 // next rank, receive from the previous into the same buffer) is sent from a copy taken first
 // into `staging`, since the receive may land before the whole message has left. Returns the
 // batch to run (`own`, the copies in place of those buffers, or `ops` when nothing is
-// clobbered); by_reference[i] becomes false for each copied send. A receive from this rank
+// clobbered); state[i].by_reference becomes false for each copied send. A receive from this rank
 // itself counts too: copy_self_messages writes it before anything is sent (an in-place
 // all_to_all_v whose own block moves over a block still to be sent).
 inline std::span<const P2POp> stage_clobbered_sends(std::span<const P2POp> ops, int rank, std::vector<char>& staging,
-                                                    std::vector<P2POp>& own, std::vector<bool>& by_reference) {
+                                                    std::vector<P2POp>& own, std::vector<MessageState>& state) {
   size_t staged = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != P2POp::Kind::kSend || ops[i].peer == rank) continue;
@@ -42,14 +51,14 @@ inline std::span<const P2POp> stage_clobbered_sends(std::span<const P2POp> ops, 
     for (const auto& r : ops)
       clobbered |= r.kind == P2POp::Kind::kRecv && ranges_overlap(ops[i].buffer, ops[i].bytes(), r.buffer, r.bytes());
     if (!clobbered) continue;
-    by_reference[i] = false;
+    state[i].by_reference = false;
     if (own.empty()) own.assign(ops.begin(), ops.end());
     own[i].buffer = nullptr;  // its copy's place, once `staging` has its size
     staged += ops[i].bytes();
   }
   if (staging.size() < staged) staging.resize(staged);
   for (size_t i = 0, at = 0; i < own.size(); ++i) {
-    if (by_reference[i]) continue;
+    if (state[i].by_reference) continue;
     if (ops[i].bytes()) std::memcpy(staging.data() + at, ops[i].buffer, ops[i].bytes());
     own[i].buffer = staging.data() + at;
     at += ops[i].bytes();
@@ -57,19 +66,29 @@ inline std::span<const P2POp> stage_clobbered_sends(std::span<const P2POp> ops, 
   return own.empty() ? ops : std::span<const P2POp>(own);
 }
 
-// Self messages: the k-th send to self feeds the k-th receive from self.
-inline Status copy_self_messages(std::span<const P2POp> ops, int rank) {
-  std::vector<const P2POp*> self_sends, self_recvs;
-  for (const auto& op : ops)
-    if (op.peer == rank) (op.kind == P2POp::Kind::kSend ? self_sends : self_recvs).push_back(&op);
-  if (self_sends.size() != self_recvs.size())
-    return invalid_argument(self_sends.size(), " send(s) to self but ", self_recvs.size(),
+// Self messages: the k-th send to self feeds the k-th receive from self. A copy of at least
+// `stream_bytes` apart from its source streams past the cache (DCOMM_STREAM_BYTES: a large
+// all_to_all's own block, which nothing reads back soon).
+inline Status copy_self_messages(std::span<const P2POp> ops, int rank, size_t stream_bytes) {
+  auto self = [&](size_t i, P2POp::Kind kind) { return ops[i].peer == rank && ops[i].kind == kind; };
+  size_t sends = 0, recvs = 0;
+  for (size_t i = 0; i < ops.size(); ++i) sends += self(i, P2POp::Kind::kSend), recvs += self(i, P2POp::Kind::kRecv);
+  if (sends != recvs)
+    return invalid_argument(sends, " send(s) to self but ", recvs,
                             " receive(s) from self in one batch; they must pair up");
-  for (size_t i = 0; i < self_sends.size(); ++i) {
-    if (self_sends[i]->bytes() != self_recvs[i]->bytes())
-      return invalid_argument("send to self of ", self_sends[i]->bytes(), " bytes met a receive from self of ",
-                              self_recvs[i]->bytes(), " bytes");
-    if (self_sends[i]->bytes()) std::memmove(self_recvs[i]->buffer, self_sends[i]->buffer, self_sends[i]->bytes());
+  for (size_t k = 0, s = 0, r = 0; k < sends; ++k, ++s, ++r) {
+    while (!self(s, P2POp::Kind::kSend)) ++s;
+    while (!self(r, P2POp::Kind::kRecv)) ++r;
+    if (ops[s].bytes() != ops[r].bytes())
+      return invalid_argument("send to self of ", ops[s].bytes(), " bytes met a receive from self of ", ops[r].bytes(),
+                              " bytes");
+    const size_t n = ops[s].bytes();
+    if (n >= stream_bytes && !ranges_overlap(ops[r].buffer, n, ops[s].buffer, n)) {
+      copy_bytes(ops[r].buffer, ops[s].buffer, n, /*stream=*/true);
+      stream_fence();
+    } else if (n) {
+      std::memmove(ops[r].buffer, ops[s].buffer, n);
+    }
   }
   return {};
 }
@@ -77,18 +96,18 @@ inline Status copy_self_messages(std::span<const P2POp> ops, int rank) {
 // A round of run_p2p in which nothing moved: progresses the ports still in use; after the
 // backoff's spins, checks that their peers live, and at the clock's ticks fails the wait at the
 // deadline or diagnoses the stall.
-inline Status wait_on_batch(std::span<const P2POp> ops, const std::vector<bool>& finished,
+inline Status wait_on_batch(std::span<const P2POp> ops, const std::vector<MessageState>& state,
                             const std::vector<PeerPort*>& ports, Backoff& backoff, WaitClock& clock,
                             bool message_stamps) {
   auto port_of = [&](const P2POp& op) { return ports[static_cast<size_t>(op.peer)]; };
   for (size_t i = 0; i < ops.size(); ++i)
-    if (!finished[i]) port_of(ops[i])->progress();
+    if (!state[i].finished) port_of(ops[i])->progress();
   if (!backoff.pause()) return {};
   for (size_t i = 0; i < ops.size(); ++i)
-    if (!finished[i]) DCOMM_RETURN_IF_ERROR(port_of(ops[i])->check_alive(ops[i].kind == P2POp::Kind::kSend));
+    if (!state[i].finished) DCOMM_RETURN_IF_ERROR(port_of(ops[i])->check_alive(ops[i].kind == P2POp::Kind::kSend));
   const WaitClock::Tick t = clock.tick();
   for (size_t i = 0; t != WaitClock::Tick::kWait && i < ops.size(); ++i) {
-    if (finished[i]) continue;
+    if (state[i].finished) continue;
     const bool sending = ops[i].kind == P2POp::Kind::kSend;
     if (t == WaitClock::Tick::kTimedOut) return port_of(ops[i])->timeout_error(sending);
     // A step of a collective that stalls: are the peers in this call at all? (Messages
@@ -200,44 +219,41 @@ inline Result<bool> advance_p2p(const P2POp& op, PeerPort& port, const P2PRoute&
 inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<PeerPort*>& ports, const Config& config,
                       bool message_stamps = false, std::vector<char>* staging = nullptr, size_t pull_bytes = 0) {
   auto port_of = [&](const P2POp& op) { return ports[static_cast<size_t>(op.peer)]; };
-  std::vector<CallStamp> own_stamps;
-  if (message_stamps)
-    for (const auto& op : ops) own_stamps.push_back(message_stamp(op.type, op.count, op.tag));
+  std::vector<detail::MessageState> state(ops.size());
   // Large slices go by reference (PeerPort::sends_by_reference), except a send that a receive
   // of this batch overwrites; a user's message (or a step's that P2POp::by_rendezvous marks) from
   // DCOMM_RENDEZVOUS_BYTES over a link that lands payloads goes as one rendezvous into the
   // receiver's buffer (PeerPort::goes_by_rendezvous: both ends decide alike). The batch returns only once
   // the wires have read what went by reference (the end of this function), so a collective's
   // next step, or the caller, may write that memory at once.
-  std::vector<bool> rendezvous(ops.size(), false), by_reference(ops.size(), true), pulled(ops.size(), false);
   for (size_t i = 0; i < ops.size(); ++i) {
-    pulled[i] = message_stamps && pull_bytes && ops[i].peer != rank && ops[i].bytes() >= pull_bytes;
-    rendezvous[i] = !pulled[i] && (message_stamps || ops[i].by_rendezvous) && ops[i].peer != rank && !ops[i].fold &&
-                    port_of(ops[i])->goes_by_rendezvous(ops[i].bytes());
+    detail::MessageState& m = state[i];
+    if (message_stamps) m.stamp = message_stamp(ops[i].type, ops[i].count, ops[i].tag);
+    m.pulled = message_stamps && pull_bytes && ops[i].peer != rank && ops[i].bytes() >= pull_bytes;
+    m.rendezvous = !m.pulled && (message_stamps || ops[i].by_rendezvous) && ops[i].peer != rank && !ops[i].fold &&
+                   port_of(ops[i])->goes_by_rendezvous(ops[i].bytes());
   }
   // A failed call leaves no receive landing in the caller's buffers.
   struct Withdraw {
     std::span<const P2POp> ops;
-    const std::vector<bool>& rendezvous;
+    const std::vector<detail::MessageState>& state;
     const std::vector<PeerPort*>& ports;
     ~Withdraw() {
       for (size_t i = 0; i < ops.size(); ++i)
-        if (rendezvous[i] && ops[i].kind == P2POp::Kind::kRecv)
+        if (state[i].rendezvous && ops[i].kind == P2POp::Kind::kRecv)
           ports[static_cast<size_t>(ops[i].peer)]->withdraw_landing();
     }
-  } withdraw{ops, rendezvous, ports};
+  } withdraw{ops, state, ports};
   std::vector<P2POp> own;
   std::vector<char> own_staging;
-  ops = detail::stage_clobbered_sends(ops, rank, staging ? *staging : own_staging, own, by_reference);
-  DCOMM_RETURN_IF_ERROR(detail::copy_self_messages(ops, rank));
+  ops = detail::stage_clobbered_sends(ops, rank, staging ? *staging : own_staging, own, state);
+  DCOMM_RETURN_IF_ERROR(detail::copy_self_messages(ops, rank, config.stream_bytes));
 
-  std::vector<size_t> done(ops.size(), 0);
-  std::vector<bool> finished(ops.size(), false);
   size_t remaining = 0;
   int spin = config.spin_iterations;  // the least of the peers' (a proxied peer's is short)
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].peer == rank) {
-      finished[i] = true;
+      state[i].finished = true;
       continue;
     }
     ++remaining;
@@ -249,18 +265,18 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   while (remaining > 0) {
     bool moved = false;
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (finished[i]) continue;
+      detail::MessageState& m = state[i];
+      if (m.finished) continue;
       bool blocked = false;  // an earlier message on the same pair and direction goes first
       for (size_t j = 0; j < i && !blocked; ++j)
-        blocked = !finished[j] && ops[j].peer == ops[i].peer && ops[j].kind == ops[i].kind;
+        blocked = !state[j].finished && ops[j].peer == ops[i].peer && ops[j].kind == ops[i].kind;
       if (blocked) continue;
-      const detail::P2PRoute route{rendezvous[i], by_reference[i], pulled[i],
-                                   message_stamps ? &own_stamps[i] : nullptr};
+      const detail::P2PRoute route{m.rendezvous, m.by_reference, m.pulled, message_stamps ? &m.stamp : nullptr};
       const Result<bool> whole =
-          detail::advance_p2p(ops[i], *port_of(ops[i]), route, &done[i], &moved, &any_by_reference);
+          detail::advance_p2p(ops[i], *port_of(ops[i]), route, &m.done, &moved, &any_by_reference);
       if (!whole.ok()) return whole.status();
       if (whole.value()) {
-        finished[i] = true;
+        m.finished = true;
         --remaining;
       }
     }
@@ -269,11 +285,12 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
       clock.restart();
       continue;
     }
-    DCOMM_RETURN_IF_ERROR(detail::wait_on_batch(ops, finished, ports, backoff, clock, message_stamps));
+    DCOMM_RETURN_IF_ERROR(detail::wait_on_batch(ops, state, ports, backoff, clock, message_stamps));
   }
   // The wires have read what went by reference, before the caller may change it.
   for (size_t i = 0; any_by_reference && i < ops.size(); ++i)
-    if ((by_reference[i] || rendezvous[i] || pulled[i]) && ops[i].kind == P2POp::Kind::kSend && ops[i].peer != rank)
+    if ((state[i].by_reference || state[i].rendezvous || state[i].pulled) && ops[i].kind == P2POp::Kind::kSend &&
+        ops[i].peer != rank)
       DCOMM_RETURN_IF_ERROR(port_of(ops[i])->wait_sent());
   return {};
 }
