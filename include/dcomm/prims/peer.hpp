@@ -63,6 +63,8 @@ class PeerPort {
     const CallStamp& s = stamp ? *stamp : *call_;
     out_.commit(bytes, s);
     conn_->notify();
+    const uint64_t next = out_.tail(std::memory_order_relaxed);
+    if (bytes > kSmallBytes && next - head_cache_ < out_.slots()) out_.own_area_early(next, bytes);
   }
   // Whether a send of `bytes` to this peer goes by reference: the link's wire reads from the
   // rank's memory (TCP, UCX) and the slice is at least DCOMM_ZERO_COPY_BYTES.

@@ -69,6 +69,11 @@ inline constexpr size_t kInlineBytes = kSlotHeaderBytes - kInlineOffset;
 // its first cache line, for a message too large to go inline.
 inline constexpr size_t kSmallBytes = 448;
 inline constexpr size_t kLineBytes = kSlotHeaderBytes + kSmallBytes;
+// At most this much of a data area is taken early (own_area_early): half the smallest L1 data
+// cache of the cores dcomm runs on (32 KiB), where the prefetches land, so the first lines are
+// not evicted by the last before the producer writes them. A message larger than that costs
+// many times a cache line's transfer anyway.
+inline constexpr size_t kOwnAreaBytes = size_t{16} << 10;
 inline constexpr uint64_t kByReference = uint64_t{1} << 63;  // in the size word: see commit_ref
 inline constexpr uint64_t kRendezvous = uint64_t{1} << 62;   // in the size word: see above
 inline constexpr uint64_t kSizeFlags = kByReference | kRendezvous;
@@ -185,6 +190,14 @@ class FifoRef {
     std::memcpy(slot(tail(std::memory_order_relaxed)) + kInlineOffset, &data, sizeof data);
     commit_word(bytes | kByReference | (rendezvous ? kRendezvous : 0), stamp);
   }
+  // The same for a data area: the producer takes the first `bytes` of slot `index`'s data area
+  // (the one the next message of more than kSmallBytes fills), which the consumer read a ring
+  // ago, while it waits for its peer rather than store by store as it fills the area. Only
+  // when the area is free (the consumer released slot index - slots()); `bytes` the message
+  // just sent, at most kOwnAreaBytes.
+  void own_area_early(uint64_t index, uint64_t bytes) const {
+    own_early(data(index), std::min<uint64_t>({bytes, slot_bytes(), kOwnAreaBytes}));
+  }
   // For a producer that completes slots out of band (the TCP proxy): slots [tail, t) are full.
   void publish_tail(uint64_t t) const {
     for (uint64_t i = tail(std::memory_order_relaxed); i < t; ++i) mark_ready(i);
@@ -207,19 +220,25 @@ class FifoRef {
     set_stamp(t, stamp);
     mark_ready(t);
     h_->tail.store(t + 1, std::memory_order_release);
-    own_early(t + 1 + h_->lines / 2);
+    const uint64_t bytes = size_word & kSizeFlags ? 0 : size_word;
+    own_early(slot(t + 1 + h_->lines / 2),
+              kSlotHeaderBytes + (bytes <= kInlineBytes || bytes > kSmallBytes ? 0 : bytes));
   }
   // The producer takes a slot's first line for writing half a ring before it fills the slot.
   // The consumer read that line last (a ring ago), so a store to it must first take it from the
   // consumer's core; taken early, the store does not wait for that at the head of the store
   // buffer, where it held up every later store of the call (docs/benchmarking.md, "Figures
   // behind the comments"). A hint only: either side may touch the line at any time.
-  void own_early(uint64_t index) const {
+  // The payload after the first cache line, of the size just sent, is taken with it, so a loop
+  // of calls of one size takes what the next such message will write. `bytes` from `p`.
+  static void own_early(char* p, uint64_t bytes) {
+    for (uint64_t at = 0; at < bytes; at += kSlotHeaderBytes) {
 #if defined(__x86_64__)
-    asm volatile("prefetchw %0" ::"m"(*slot(index)));  // a no-op on the few x86-64 CPUs without it
+      asm volatile("prefetchw %0" ::"m"(p[at]));  // a no-op on the few x86-64 CPUs without it
 #else
-    __builtin_prefetch(slot(index), 1, 3);
+      __builtin_prefetch(p + at, 1, 3);
 #endif
+    }
   }
   uint64_t size_word(uint64_t index) const { return *reinterpret_cast<const uint64_t*>(slot(index) + 8); }
   std::atomic_ref<uint64_t> seq(uint64_t index) const {
