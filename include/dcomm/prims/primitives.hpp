@@ -83,19 +83,22 @@ class Primitives : public HostPrimitivesBase {
         [&](const char* in) { return with_send([&](char* out) { reduce_to(dst, out, in, local, count); }, count); },
         count);
   }
-  // dst <- prev; next <- prev
+  // dst <- prev; next <- prev. The send goes first here and in copy_send: the local copy then
+  // overlaps the data's way to the next rank (docs/benchmarking.md's figures).
   Status recv_copy_send(void* dst, size_t count) {
     return with_recv(
         [&](const char* in) {
+          DCOMM_RETURN_IF_ERROR(with_send([&](char* out) { copy(out, in, count); }, count));
           copy_bytes(dst, in, count * r_.elem_bytes, stream_);
-          return with_send([&](char* out) { copy(out, in, count); }, count);
+          return Status{};
         },
         count);
   }
   // dst <- src (skipped in place); next <- src
   Status copy_send(const void* src, void* dst, size_t count) {
+    DCOMM_RETURN_IF_ERROR(send(src, count));
     if (dst != src) copy_bytes(dst, src, count * r_.elem_bytes, stream_);
-    return send(src, count);
+    return {};
   }
 
  private:
