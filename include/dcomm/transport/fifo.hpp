@@ -190,9 +190,10 @@ class FifoRef {
     std::memcpy(slot(tail(std::memory_order_relaxed)) + kInlineOffset, &data, sizeof data);
     commit_word(bytes | kByReference | (rendezvous ? kRendezvous : 0), stamp);
   }
-  // The same for a data area: the producer takes the first `bytes` of slot `index`'s data area
-  // (the one the next message of more than kSmallBytes fills), which the consumer read a ring
-  // ago, while it waits for its peer rather than store by store as it fills the area. Only
+  // What own_early (below) does for a slot's line, for a data area: the producer takes the first
+  // `bytes` of slot `index`'s data area (the one the next message of more than kSmallBytes
+  // fills), which the consumer read a ring ago, while it waits for its peer rather than store
+  // by store as it fills the area. Only
   // when the area is free (the consumer released slot index - slots()); `bytes` the message
   // just sent, at most kOwnAreaBytes.
   void own_area_early(uint64_t index, uint64_t bytes) const {
