@@ -131,10 +131,12 @@ inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int ra
       ports, rank, detail::descriptor_of(send, bytes_per_rank, recv, bytes_per_rank * ports.size()));
   if (!peers.ok()) return peers.status();
   // Out of place, the copy into this rank's output (streamed past the cache when large) brings
-  // the input tile into it for the pushes.
+  // the input tile into it for the pushes. Where the block is read once (in place, one peer),
+  // one write of the whole block spares the system call a tile costs.
   const char* in = static_cast<const char*>(send);
-  for (size_t i = 0; i < bytes_per_rank; i += detail::kTileBytes) {
-    const size_t n = std::min(detail::kTileBytes, bytes_per_rank - i);
+  const size_t tile = own == in && ports.size() == 2 ? std::max<size_t>(bytes_per_rank, 1) : detail::kTileBytes;
+  for (size_t i = 0; i < bytes_per_rank; i += tile) {
+    const size_t n = std::min(tile, bytes_per_rank - i);
     if (own != in) copy_bytes(own + i, in + i, n, stream);
     DCOMM_RETURN_IF_ERROR(detail::push_to_peers(ports, rank, *peers, in + i, at + i, n));
   }
