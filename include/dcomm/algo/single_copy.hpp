@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "dcomm/core/config.hpp"
@@ -191,24 +192,27 @@ struct ChunkedBuffer {
 
 namespace detail {
 // out[first, first+count) = this rank's input there, combined with every peer's (rank p's
-// input at peers[p].address; this rank's own at `mine`). Each tile is folded in a buffer that
-// stays in cache (peer tiles are read into another), then stored to `out` (streamed when out
-// of place: nothing reads it back from there; null: this rank keeps no copy) and written into
-// the outputs `push` names (kPushNone, kPushAll, or a rank) from the cached copy.
+// input at peers[p].address; this rank's own at `mine`), a tile at a time (peer tiles are read
+// into a buffer unless mapped), then written into the outputs `push` names (kPushNone,
+// kPushAll, or a rank) from this rank's copy, in cache. The tile is folded where it ends: in
+// `out` (in place, where the input already is). Two cases fold in a buffer that stays in cache
+// instead: `stream` (a large output, stream_output(): out is then written with streaming
+// stores, as nothing reads it back from there, sparing the read of its lines), and a null
+// `out` (this rank keeps no copy).
 inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
                          const std::vector<BufferDescriptor>& peers, const char* mine, char* out, size_t first,
-                         size_t count, int push) {
+                         size_t count, int push, bool stream) {
   const size_t eb = r.elem_bytes;
   const size_t tile_bytes = std::min(kTileBytes, std::max<size_t>(count * eb, 1));
-  std::vector<char> buffers(2 * tile_bytes);
-  char* tile = buffers.data();
+  const bool in_buffer = !out || (stream && out != mine);
+  auto buffers = std::make_unique_for_overwrite<char[]>((in_buffer ? 2 : 1) * tile_bytes);
+  char* tile = buffers.get();
   char* acc = tile + tile_bytes;
   const size_t per_tile = tile_bytes / eb;
-  const bool stream = out != mine;
   for (size_t i = 0; i < count; i += per_tile) {
     const size_t n = std::min(per_tile, count - i);
     const size_t at = (first + i) * eb;
-    char* sum = stream ? acc : out + at;  // in place: fold where the input already is
+    char* sum = in_buffer ? acc : out + at;
     const char* partial = mine + at;
     for (int p = 0; p < static_cast<int>(ports.size()); ++p) {
       if (p == rank) continue;
@@ -245,9 +249,10 @@ inline bool all_registered(const std::vector<BufferDescriptor>& peers, const Buf
 // send holds size x recv_count elements; rank r's reduced block r lands in recv. With
 // `only_if_registered`, it runs only when every rank's input is from dcomm::mem_alloc (read
 // through a mapping), else returns false having moved no data (see single_copy_all_reduce).
+// `stream`: recv is written with streaming stores (a large output, stream_output()).
 inline Result<bool> single_copy_reduce_scatter(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
                                                const void* send, void* recv, size_t recv_count,
-                                               bool only_if_registered = false) {
+                                               bool only_if_registered = false, bool stream = false) {
   const size_t eb = r.elem_bytes, total = recv_count * ports.size() * eb;
   const auto mine = detail::descriptor_of(send, total);
   auto peers = detail::swap_descriptors(ports, rank, mine);
@@ -258,7 +263,7 @@ inline Result<bool> single_copy_reduce_scatter(const std::vector<PeerPort*>& por
   const size_t shift = static_cast<size_t>(rank) * recv_count * eb;
   for (auto& d : *peers) d.address += shift;
   DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *peers, static_cast<const char*>(send) + shift,
-                                           static_cast<char*>(recv), 0, recv_count, detail::kPushNone));
+                                           static_cast<char*>(recv), 0, recv_count, detail::kPushNone, stream));
   DCOMM_RETURN_IF_ERROR(detail::finish(ports, rank));
   return true;
 }
@@ -268,10 +273,11 @@ inline Result<bool> single_copy_reduce_scatter(const std::vector<PeerPort*>& por
 // only, and only the root's recv is written. With `only_if_registered`, it runs only when every
 // output written is in a dcomm::mem_alloc block (pushed with streaming stores, no read of the
 // lines first); otherwise it returns false having moved no data, and every rank knows it alike
-// from the descriptors, so all fall back to another algorithm together.
+// from the descriptors, so all fall back to another algorithm together. `stream`: recv is
+// written with streaming stores (a large output, stream_output()).
 inline Result<bool> single_copy_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
                                            const void* send, void* recv, size_t count, bool only_if_registered = false,
-                                           int root = detail::kPushAll) {
+                                           int root = detail::kPushAll, bool stream = false) {
   const int size = static_cast<int>(ports.size());
   const size_t eb = r.elem_bytes;
   const ChunkedBuffer chunks{count, size};
@@ -286,7 +292,7 @@ inline Result<bool> single_copy_all_reduce(const std::vector<PeerPort*>& ports, 
   const size_t first = chunks.off(rank), n = chunks.off(rank + 1) - first;
   DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *peers, static_cast<const char*>(send),
                                            keeps ? static_cast<char*>(recv) : nullptr, first, n,
-                                           rank == root ? detail::kPushNone : root));
+                                           rank == root ? detail::kPushNone : root, stream));
   DCOMM_RETURN_IF_ERROR(detail::finish(ports, rank));
   return true;
 }

@@ -86,10 +86,12 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
     DCOMM_RETURN_IF_ERROR(single_copy_broadcast(links.all(), c.rank, d.root, d.send, d.recv, d.count * eb));
     return true;
   }
+  const bool stream = stream_output(shape, c.config);
   if (d.kind == OpKind::kReduceScatter)
-    return single_copy_reduce_scatter(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered);
+    return single_copy_reduce_scatter(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered,
+                                      stream);
   return single_copy_all_reduce(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered,
-                                d.kind == OpKind::kReduce ? d.root : detail::kPushAll);
+                                d.kind == OpKind::kReduce ? d.root : detail::kPushAll, stream);
 }
 
 // The schedules and trees over all peers (algo/on_ports.hpp), in the ring order.
