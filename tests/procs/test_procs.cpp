@@ -73,10 +73,14 @@ TEST_CASE("matrix, processes over shared memory, FIFOs with lines apart from the
     }
 }
 
+// On 3 ranks the largest count's output (over 2 KiB) is also written with streaming stores,
+// which single copy's reductions fold in a buffer for; the smaller ones fold in the output.
 TEST_CASE("matrix, processes over shared memory with the single-copy paths from 1 KiB") {
   for (int size : {2, 3, 5}) {
     CAPTURE(size);
-    check_all_exit(run_local({"matrix"}, size, with(kSmall, {"DCOMM_CMA_BYTES=1K", "DCOMM_CMA_REDUCE_BYTES=1K"})), 0);
+    auto env = with(kSmall, {"DCOMM_CMA_BYTES=1K", "DCOMM_CMA_REDUCE_BYTES=1K"});
+    if (size == 3) env.push_back("DCOMM_STREAM_BYTES=2K");
+    check_all_exit(run_local({"matrix"}, size, env), 0);
   }
 }
 
