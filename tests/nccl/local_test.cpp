@@ -157,10 +157,13 @@ void abort_wait() {
 }
 
 // ncclCommAbort inside a group (torch wraps its aborts so): the group's calls on that comm
-// are dropped and the group ends cleanly.
+// are dropped and the group ends cleanly. One call first, so that both ranks are past init (a
+// rank may return from init first, and its abort would fail the other's init, rightly). Its
+// result does not matter: the peer's abort may end it, but the peer was past that call then.
 void abort_group() {
   bool ok = forked(2, [](int, ncclComm_t comm) {
     float x = 1;
+    (void)ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr);
     if (ncclGroupStart() != ncclSuccess) return 8;
     ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr);
     if (ncclCommAbort(comm) != ncclSuccess) return 9;
