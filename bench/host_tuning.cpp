@@ -34,8 +34,9 @@ int set_up(int rank, int n, const std::string& id_text, const char* what) {
   dcomm::Communicator& c = **comm;
   if (!c.all_reduce(&ms, &ms, 1, dcomm::DataType::kFloat64, dcomm::ReduceOp::kMax).ok()) return 4;
   if (rank == 0)
-    std::printf("  %-30s %8.2f %10zu %12zu %14zu %8zu\n", what, ms, c.config().cma_bytes, c.config().cma_reduce_bytes,
-                c.config().cma_reduce_scatter_bytes, c.config().direct_bytes);
+    std::printf("  %-30s %8.2f %10zu %12zu %14zu %8zu %12zu\n", what, ms, c.config().cma_bytes,
+                c.config().cma_reduce_bytes, c.config().cma_reduce_scatter_bytes, c.config().direct_bytes,
+                c.config().cma_reduce_root_bytes);
   std::fflush(stdout);  // the fork's child leaves by _exit
   return 0;
 }
@@ -59,8 +60,8 @@ int main(int argc, char** argv) {
     std::remove(cache.c_str());
     std::printf(
         "# a set-up of %d ranks (processes), the slowest rank's; the DCOMM_*_BYTES it took\n"
-        "# %-30s %8s %10s %12s %14s %8s\n",
-        ranks, "tuning", "ms", "CMA", "CMA_REDUCE", "CMA_REDUCE_SC.", "DIRECT");
+        "# %-30s %8s %10s %12s %14s %8s %12s\n",
+        ranks, "tuning", "ms", "CMA", "CMA_REDUCE", "CMA_REDUCE_SC.", "DIRECT", "CMA_RED_ROOT");
     const char* passes[3] = {"off (DCOMM_HOST_TUNING=off)", "measured (no cache)", "read from the cache"};
     std::fflush(stdout);  // not copied into the children
     for (const char* what : passes) {

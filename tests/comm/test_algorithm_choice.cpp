@@ -50,13 +50,17 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
   CHECK(pick(OpKind::kAllReduce, 32 << 20, 2, true) == Algorithm::kSingleCopyIfRegistered);
   CHECK(pick(OpKind::kAllReduce, 8 << 20, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kReduceScatter, 256 << 10, 2, true) == Algorithm::kRing);  // 512 KiB input
-  // reduce takes reduce_scatter's single-copy threshold, and counts as out of place (its ranks
-  // may not see in place alike): from DCOMM_CMA_OUT_OF_PLACE_BYTES only if registered
-  c.cma_reduce_bytes = 64 << 10;  // all_reduce's does not move it
-  CHECK(pick(OpKind::kReduce, c.cma_reduce_scatter_bytes - 64, 2, true) == Algorithm::kRing);
-  CHECK(pick(OpKind::kReduce, c.cma_reduce_scatter_bytes, 2, true) == Algorithm::kSingleCopy);
+  // reduce has a single-copy threshold of its own (DCOMM_CMA_REDUCE_ROOT_BYTES), and counts as
+  // out of place (its ranks may not see in place alike): from DCOMM_CMA_OUT_OF_PLACE_BYTES only
+  // if registered
+  c.cma_reduce_bytes = 64 << 10;  // neither all_reduce's nor reduce_scatter's moves it
+  c.cma_reduce_scatter_bytes = 32 << 10;
+  c.cma_reduce_root_bytes = 256 << 10;
+  CHECK(pick(OpKind::kReduce, c.cma_reduce_root_bytes - 64, 2, true) == Algorithm::kRing);
+  CHECK(pick(OpKind::kReduce, c.cma_reduce_root_bytes, 2, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kReduce, c.cma_out_of_place_bytes, 2, true, 4, true) == Algorithm::kSingleCopyIfRegistered);
-  CHECK(pick(OpKind::kReduce, c.cma_reduce_scatter_bytes, 2, false) == Algorithm::kRing);
+  CHECK(pick(OpKind::kReduce, c.cma_reduce_root_bytes, 2, false) == Algorithm::kRing);
+  CHECK(pick(OpKind::kReduceScatter, c.cma_reduce_scatter_bytes, 2, true) == Algorithm::kSingleCopy);
   c.cma_bytes = 0;  // 0 turns single copy off
   CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) != Algorithm::kSingleCopy);
 }

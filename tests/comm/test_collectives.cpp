@@ -250,7 +250,7 @@ TEST_CASE("matrix, threads as ranks, the single-copy paths from 1 KiB") {
     CAPTURE(size);
     Config config = test_config();
     config.cma_bytes = 1024;
-    config.cma_reduce_bytes = config.cma_reduce_scatter_bytes = 1024;
+    config.cma_reduce_bytes = config.cma_reduce_scatter_bytes = config.cma_reduce_root_bytes = 1024;
     auto comms = Communicator::create_local(size, config);
     REQUIRE(comms.ok());
     std::atomic<int> failures{0};

@@ -47,7 +47,8 @@ TEST_CASE(
   std::ofstream(path) << "dcomm-host-tuning\nhost " << sig << "\ncma_us lots\n";
   CHECK_FALSE(read_host_tuning(path, sig, &why));
   CHECK(why.find("unreadable") != std::string::npos);
-  HostMeasure with_shapes{0.5, 20, {{"2-processes", 32768, 2097152, 8192}, {"4-threads", 65536, 1048576, 2048}}};
+  HostMeasure with_shapes{
+      0.5, 20, {{"2-processes", 32768, 2097152, 8192, 131072}, {"4-threads", 65536, 1048576, 2048, 65536}}};
   REQUIRE(write_host_tuning(path, sig, with_shapes).ok());
   back = read_host_tuning(path, sig, &why);
   REQUIRE(back);
@@ -56,6 +57,7 @@ TEST_CASE(
   CHECK(back->for_shape("2-processes")->reduce_scatter == 2097152);
   CHECK(back->for_shape("4-threads")->all_reduce == 65536);
   CHECK(back->for_shape("2-processes")->direct == 8192);
+  CHECK(back->for_shape("2-processes")->reduce == 131072);
   CHECK_FALSE(back->for_shape("3-threads"));
   std::ofstream(path, std::ios::app) << "shape 8-threads lots 1 1\n";
   CHECK_FALSE(read_host_tuning(path, sig, &why));
@@ -142,15 +144,19 @@ TEST_CASE(
   CHECK(entry->all_reduce >= 16384);
   CHECK(entry->all_reduce <= size_t{8} << 20);
   CHECK(entry->reduce_scatter >= 16384);
+  CHECK(entry->reduce >= 16384);
+  CHECK(entry->reduce <= size_t{8} << 20);
   CHECK(entry->direct >= 2048);
   CHECK(entry->direct <= 16384);
   for (auto& c : *comms) {
     CHECK(c->config().cma_reduce_bytes == entry->all_reduce);
     CHECK(c->config().cma_reduce_scatter_bytes == entry->reduce_scatter);
     CHECK(c->config().direct_bytes == entry->direct);
+    CHECK(c->config().cma_reduce_root_bytes == entry->reduce);
   }
-  // Either side of what it chose, all_reduce and reduce_scatter (in and out of place) are exact.
-  for (size_t threshold : {entry->all_reduce, entry->reduce_scatter, entry->direct})
+  // Either side of what it chose, all_reduce, reduce_scatter and reduce (in and out of place)
+  // are exact.
+  for (size_t threshold : {entry->all_reduce, entry->reduce_scatter, entry->direct, entry->reduce})
     for (size_t bytes : {threshold - 64, threshold, threshold + 64}) {
       CAPTURE(bytes);
       on_ranks(*comms, [&](Communicator& c) {
@@ -166,8 +172,8 @@ TEST_CASE(
         REQUIRE(c.reduce_scatter(in.data(), out.data(), per, DataType::kFloat32, ReduceOp::kSum).ok());
         const size_t last = static_cast<size_t>(c.rank()) * per + per - 1;
         CHECK(out[per - 1] == static_cast<float>(2 * (last % 1000) + 1));
-        // reduce takes reduce_scatter's threshold: to rank 1 (rank 0 gives no recv), out of
-        // place and in place, every element.
+        // reduce: to rank 1 (rank 0 gives no recv; the tuning timed it to rank 0), out of place
+        // and in place, every element.
         for (bool in_place : {false, true}) {
           for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(i % 1000) + r;
           std::fill(out.begin(), out.end(), -1.0f);
@@ -188,6 +194,7 @@ TEST_CASE(
   for (auto& c : *with_env) {
     CHECK(c->config().cma_reduce_bytes == size_t{3} << 20);
     CHECK(c->config().cma_reduce_scatter_bytes == size_t{3} << 20);
+    CHECK(c->config().cma_reduce_root_bytes == size_t{3} << 20);  // unset, reduce_scatter's
   }
   Config own = config;
   own.cma_reduce_scatter_bytes = 5000;

@@ -101,7 +101,7 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
         break;
       case OpKind::kReduceScatter:
       case OpKind::kAllReduce:
-      case OpKind::kReduce:  // reduce_scatter's threshold: its alternatives share the work out alike
+      case OpKind::kReduce:
         // Out of place from DCOMM_CMA_OUT_OF_PLACE_BYTES, the ring (its staging stays in cache)
         // moves less memory than single copy through the kernel, whose writes into a peer's
         // cold output read each line first (all_reduce) and whose reads pin every page
@@ -114,8 +114,9 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
         // to them. With more ranks than cores, single copy through the kernel was slower than
         // the ring out of place at every size measured (docs/benchmarking.md, "Figures behind
         // the comments"): only buffers from mem_alloc take it there.
-        if (const size_t from =
-                c.kind == OpKind::kAllReduce ? config.cma_reduce_bytes : config.cma_reduce_scatter_bytes;
+        if (const size_t from = c.kind == OpKind::kAllReduce       ? config.cma_reduce_bytes
+                                : c.kind == OpKind::kReduceScatter ? config.cma_reduce_scatter_bytes
+                                                                   : config.cma_reduce_root_bytes;
             from && bytes >= from)
           // (a reduce counts as out of place: only its root's recv is given, so the ranks
           // could see in place differently)

@@ -101,7 +101,8 @@ inline Status agree_facts(SetupFacts& f, const FactsContext& c) {
     f.set_order({0}, 0);
     return {};
   }
-  bool ok = c.config.cma_bytes != 0 || c.config.cma_reduce_bytes != 0 || c.config.cma_reduce_scatter_bytes != 0;
+  bool ok = c.config.cma_bytes != 0 || c.config.cma_reduce_bytes != 0 || c.config.cma_reduce_scatter_bytes != 0 ||
+            c.config.cma_reduce_root_bytes != 0;
   for (int p = 0; p < size && ok; ++p) {
     if (p == c.rank) continue;
     const PeerInfo& peer = c.peers[static_cast<size_t>(p)];

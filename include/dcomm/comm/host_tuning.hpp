@@ -12,7 +12,8 @@
 //                    cost: 64-byte reads of this process's own memory; the bandwidth: 64 KiB
 //                    copies within L2; each the best of 5 rounds (a preemption only slows a round
 //                    down). Rounded to a power of two, 4 KiB to 1 MiB.
-//   DCOMM_CMA_REDUCE_BYTES, DCOMM_CMA_REDUCE_SCATTER_BYTES, DCOMM_DIRECT_BYTES
+//   DCOMM_CMA_REDUCE_BYTES, DCOMM_CMA_REDUCE_SCATTER_BYTES, DCOMM_CMA_REDUCE_ROOT_BYTES,
+//   DCOMM_DIRECT_BYTES
 //                    where single copy overtakes the FIFO algorithms, and up to where the
 //                    direct exchange is ahead of them: timed side by side by every rank of the
 //                    first communicator of each shape on the host (ranks, and processes or
@@ -55,10 +56,10 @@ DCOMM_NAMESPACE_BEGIN
 
 // The thresholds measured for communicators of one shape on this host ("2-processes",
 // "4-threads"): from which size single copy reduces ahead of the FIFO algorithms (all_reduce,
-// reduce_scatter), and up to which size the direct exchange is ahead (all_reduce).
+// reduce_scatter, reduce), and up to which size the direct exchange is ahead (all_reduce).
 struct ShapeTuning {
   std::string shape;
-  size_t all_reduce = 0, reduce_scatter = 0, direct = 0;
+  size_t all_reduce = 0, reduce_scatter = 0, direct = 0, reduce = 0;
 };
 
 struct HostMeasure {
@@ -173,15 +174,16 @@ inline std::optional<HostMeasure> read_host_tuning(const std::string& path, cons
     *why = path + " is not a dcomm host tuning (unreadable): measured again";
     return std::nullopt;
   }
-  for (ShapeTuning r; in >> key >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct && key == "shape";)
+  if (host != "host " + signature) {  // before the shapes: another format's lines may differ
+    *why = detail::cat(path, " was written for another host or kernel (", host.substr(std::min<size_t>(5, host.size())),
+                       "; this one: ", signature, "): ignored, measured again");
+    return std::nullopt;
+  }
+  for (ShapeTuning r;
+       in >> key >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct >> r.reduce && key == "shape";)
     m.shapes.push_back(r);
   if (!in.eof()) {
     *why = path + " is not a dcomm host tuning (unreadable after copy_gbs): measured again";
-    return std::nullopt;
-  }
-  if (host != "host " + signature) {
-    *why = detail::cat(path, " was written for another host or kernel (", host.substr(std::min<size_t>(5, host.size())),
-                       "; this one: ", signature, "): ignored, measured again");
     return std::nullopt;
   }
   return m;
@@ -195,7 +197,8 @@ inline Status write_host_tuning(const std::string& path, const std::string& sign
     std::ofstream out(tmp);
     out << "dcomm-host-tuning\nhost " << signature << "\ncma_us " << m.cma_us << "\ncopy_gbs " << m.copy_gbs << "\n";
     for (const ShapeTuning& r : m.shapes)
-      out << "shape " << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << " " << r.direct << "\n";
+      out << "shape " << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << " " << r.direct << " " << r.reduce
+          << "\n";
     if (!out) return make_error(ErrorCode::kInternal, "cannot write the host tuning cache ", tmp);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -217,16 +220,18 @@ inline HostTuningMemo& host_tuning_memo() {
 
 // The thresholds a DCOMM_* variable or the program chose: the tuning leaves them as they are.
 struct ChosenThresholds {
-  bool cma, all_reduce, reduce_scatter, direct;
+  bool cma, all_reduce, reduce_scatter, direct, reduce;
 };
 inline ChosenThresholds chosen_thresholds(const Config& c) {
   const Config d;
   const bool reduce_env = !env_or("DCOMM_CMA_REDUCE_BYTES").empty();
+  const bool scatter_env = reduce_env || !env_or("DCOMM_CMA_REDUCE_SCATTER_BYTES").empty();
   return {!env_or("DCOMM_CMA_BYTES").empty() || c.cma_bytes != d.cma_bytes,
           reduce_env || c.cma_reduce_bytes != d.cma_reduce_bytes,
-          reduce_env || !env_or("DCOMM_CMA_REDUCE_SCATTER_BYTES").empty() ||
-              c.cma_reduce_scatter_bytes != d.cma_reduce_scatter_bytes,
-          !env_or("DCOMM_DIRECT_BYTES").empty() || c.direct_bytes != d.direct_bytes};
+          scatter_env || c.cma_reduce_scatter_bytes != d.cma_reduce_scatter_bytes,
+          !env_or("DCOMM_DIRECT_BYTES").empty() || c.direct_bytes != d.direct_bytes,
+          scatter_env || !env_or("DCOMM_CMA_REDUCE_ROOT_BYTES").empty() ||
+              c.cma_reduce_root_bytes != d.cma_reduce_root_bytes};
 }
 }  // namespace detail
 
@@ -308,10 +313,11 @@ inline Result<std::string> agree_host_tuning(Config& config, const HostTuningCon
   const bool threads = std::all_of(c.peers.begin(), c.peers.end(),
                                    [&](const PeerInfo& p) { return p.process_id == c.peers[0].process_id; });
   const std::string shape = detail::cat(c.size, threads ? "-threads" : "-processes");
-  size_t v[5] = {0, 0, 0, 0, 0};           // DCOMM_CMA_BYTES, the shape's (all_reduce, reduce_scatter, direct), measure
+  // DCOMM_CMA_BYTES, the shape's (all_reduce, reduce_scatter, direct, reduce), measure
+  size_t v[6] = {0, 0, 0, 0, 0, 0};
   if (c.rank == 0 && config.host_tuned) {  // made from a tuned communicator: its values
     v[0] = config.cma_bytes, v[1] = config.cma_reduce_bytes, v[2] = config.cma_reduce_scatter_bytes;
-    v[3] = config.direct_bytes;
+    v[3] = config.direct_bytes, v[4] = config.cma_reduce_root_bytes;
   } else if (c.rank == 0) {
     const HostTuning t = host_tuning();
     // Measured with the default FIFO slots; with others (DCOMM_SLOT_BYTES) the compiled-in values.
@@ -319,34 +325,35 @@ inline Result<std::string> agree_host_tuning(Config& config, const HostTuningCon
     const ShapeTuning* known = default_slots ? t.measured.for_shape(shape) : nullptr;
     const bool measure = !t.off && default_slots && c.single_copy && c.size >= 2 && c.size <= kAllPeerMaxRanks &&
                          c.load <= kMaxTunedLoad && !known &&
-                         !(chosen.all_reduce && chosen.reduce_scatter && chosen.direct);
+                         !(chosen.all_reduce && chosen.reduce_scatter && chosen.direct && chosen.reduce);
     v[0] = t.cma_bytes, v[1] = known ? known->all_reduce : 0, v[2] = known ? known->reduce_scatter : 0;
-    v[3] = known ? known->direct : 0, v[4] = measure ? 1 : 0;
+    v[3] = known ? known->direct : 0, v[4] = known ? known->reduce : 0, v[5] = measure ? 1 : 0;
     DCOMM_LOG(
         kInfo, kSubsysTuning, c.rank, "host tuning ", t.source, ": process_vm_readv ", t.measured.cma_us,
         " us, copies in cache ", t.measured.copy_gbs, " GB/s -> single copy from ", v[0], " bytes",
         chosen.cma ? detail::cat(" (not taken: DCOMM_CMA_BYTES or the program chose ", config.cma_bytes, ")") : "",
         known ? detail::cat("; ", shape, ": single copy reduces from ", v[1], " (all_reduce), ", v[2],
-                            " bytes (reduce_scatter); direct up to ", v[3], " bytes")
+                            " (reduce_scatter), ", v[4], " bytes (reduce); direct up to ", v[3], " bytes")
               : "",
         measure ? detail::cat("; ", shape, ": its thresholds are measured at this set-up") : "");
   }
   if (c.rank == 0 && c.size > 1) {
-    DCOMM_RETURN_IF_ERROR(
-        c.store.set(c.prefix + "/host_tuning", detail::cat(v[0], " ", v[1], " ", v[2], " ", v[3], " ", v[4])));
+    DCOMM_RETURN_IF_ERROR(c.store.set(c.prefix + "/host_tuning",
+                                      detail::cat(v[0], " ", v[1], " ", v[2], " ", v[3], " ", v[4], " ", v[5])));
   } else if (c.rank != 0) {
     auto got = c.store.get(c.prefix + "/host_tuning");
     if (!got.ok()) return got.status().with_context("rank 0's host tuning");
     std::istringstream in(*got);
-    if (!(in >> v[0] >> v[1] >> v[2] >> v[3] >> v[4]))
+    if (!(in >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5]))
       return make_error(ErrorCode::kInternal, "rank 0 published an unreadable host tuning '", *got, "'");
   }
   if (!chosen.cma) config.cma_bytes = v[0];
   if (!chosen.all_reduce && v[1]) config.cma_reduce_bytes = v[1];
   if (!chosen.reduce_scatter && v[2]) config.cma_reduce_scatter_bytes = v[2];
   if (!chosen.direct && v[3]) config.direct_bytes = v[3];
+  if (!chosen.reduce && v[4]) config.cma_reduce_root_bytes = v[4];
   config.host_tuned = true;
-  return v[4] ? shape : std::string();
+  return v[5] ? shape : std::string();
 }
 
 DCOMM_NAMESPACE_END

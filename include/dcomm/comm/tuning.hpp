@@ -135,12 +135,15 @@ struct SizeWalk {
 };
 
 // tune_shape's walks: single copy's all_reduce and reduce_scatter, 16 KiB to 4 MiB; the direct
-// all_reduce, 4 KiB to 16 KiB (at most a slot), 2 KiB where it is behind at 4 KiB.
-inline std::array<SizeWalk, 3> shape_walks(size_t slot_bytes) {
+// all_reduce, 4 KiB to 16 KiB (at most a slot), 2 KiB where it is behind at 4 KiB; single copy's
+// reduce, as the first two.
+inline constexpr size_t kShapeWalks = 4;
+inline std::array<SizeWalk, kShapeWalks> shape_walks(size_t slot_bytes) {
   using Rule = SizeWalk::Rule;
   return {SizeWalk{Rule::kFromTwiceAhead, kSingleCopyFirst, kSingleCopyLast},
           SizeWalk{Rule::kFromTwiceAhead, kSingleCopyFirst, kSingleCopyLast},
-          SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048}};
+          SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048},
+          SizeWalk{Rule::kFromTwiceAhead, kSingleCopyFirst, kSingleCopyLast}};
 }
 
 // Call d with algorithms a and b, side by side: us[i], the slowest rank's mean. Enough calls a
@@ -168,10 +171,11 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 
 // Collective over a communicator whose ranks can all read each other's memory (one host, at
 // most kAllPeerMaxRanks): from which size single copy is ahead of what the cost model would run
-// otherwise, for all_reduce and reduce_scatter, and up to which size the direct all_reduce is
-// (shape_walks). Each candidate and the alternative are timed side by side (float32 sums;
-// slowest_us), out of place (in place with more ranks than cores, where out of place keeps to
-// the FIFO unless the buffers are from mem_alloc). A round times one size of one walk, the
+// otherwise, for all_reduce, reduce_scatter and reduce (to rank 0), and up to which size the
+// direct all_reduce is (shape_walks). Each candidate and the alternative are timed side by side
+// (float32 sums; slowest_us), out of place (in place with more ranks than cores, where out of
+// place keeps to the FIFO unless the buffers are from mem_alloc; reduce always out of place, as
+// its choice sees it). A round times one size of one walk, the
 // smallest next one; rank 0 plans every round and ends the walks where the next (a size twice
 // the last, about twice its time) would pass 30 ms, so all ranks make the same calls and take
 // the same values. Rank 0 adds them to the host's cache under `shape`. A threshold a variable
@@ -182,16 +186,20 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   const int size = facts.size();
   const bool in_place = facts.link.load > 1;
   std::vector<float> in(detail::kSingleCopyLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
-  const OpKind kinds[3] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllReduce};
-  const Algorithm candidate[3] = {Algorithm::kSingleCopy, Algorithm::kSingleCopy, Algorithm::kDirect};
-  Config without[3] = {config, config, config};
+  constexpr size_t kWalks = detail::kShapeWalks;
+  const OpKind kinds[kWalks] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllReduce, OpKind::kReduce};
+  const Algorithm candidate[kWalks] = {Algorithm::kSingleCopy, Algorithm::kSingleCopy, Algorithm::kDirect,
+                                       Algorithm::kSingleCopy};
+  Config without[kWalks] = {config, config, config, config};
   without[0].cma_reduce_bytes = without[1].cma_reduce_scatter_bytes = without[2].direct_bytes = 0;
-  std::array<detail::SizeWalk, 3> walks = detail::shape_walks(config.slot_bytes);
+  without[3].cma_reduce_root_bytes = 0;
+  std::array<detail::SizeWalk, kWalks> walks = detail::shape_walks(config.slot_bytes);
+  if (in_place) walks[3].next = 0;  // reduce through the kernel is not taken there (algorithm_choice.hpp)
   const auto t0 = Clock::now();
   auto round_start = t0;
   std::string timings;
   for (double last_round_us = 0;;) {
-    double plan[3] = {0, 0, 0};
+    double plan[kWalks] = {0, 0, 0, 0};
     const auto now = Clock::now();
     if (round_start != t0) last_round_us = std::chrono::duration<double, std::micro>(now - round_start).count();
     round_start = now;
@@ -204,13 +212,13 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
       });
       plan[k - walks.begin()] = static_cast<double>(k->next);
     }
-    DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, plan, 3));
-    const auto k = static_cast<size_t>(std::find_if(plan, plan + 3, [](double v) { return v > 0; }) - plan);
-    if (k == 3) break;
+    DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, plan, kWalks));
+    const auto k = static_cast<size_t>(std::find_if(plan, plan + kWalks, [](double v) { return v > 0; }) - plan);
+    if (k == kWalks) break;
     const bool rs = kinds[k] == OpKind::kReduceScatter;
     const size_t count = static_cast<size_t>(plan[k]) / sizeof(float) / static_cast<size_t>(rs ? size : 1);
     float* recv = !in_place ? out.data() : rs ? in.data() + static_cast<size_t>(rank) * count : in.data();
-    const CallShape call{kinds[k], count, sizeof(float), size, in_place, facts.hosts};
+    const CallShape call{kinds[k], count, sizeof(float), size, in_place && kinds[k] != OpKind::kReduce, facts.hosts};
     const Algorithm algorithms[2] = {choose_algorithm(call, without[k], facts.single_copy, facts.link).algorithm,
                                      candidate[k]};
     double us[2] = {0, 0};
@@ -221,28 +229,31 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
                            " us, ", to_string(algorithms[1]), " ", us[1], " us;");
     walks[k].record(us[1] < us[0]);
   }
-  double found[3] = {0, 0, 0};
+  double found[kWalks] = {0, 0, 0, 0};
   if (rank == 0)
-    for (size_t k = 0; k < 3; ++k) found[k] = static_cast<double>(walks[k].found);
-  DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, found, 3));
-  // Where the budget ran out before a crossing: the compiled-in value, cached too (not timed again).
+    for (size_t k = 0; k < kWalks; ++k) found[k] = static_cast<double>(walks[k].found);
+  DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, found, kWalks));
+  // Where the budget ran out before a crossing (or reduce was not timed): the compiled-in value,
+  // cached too (not timed again).
   const Config d;
-  const ShapeTuning t{shape, found[0] > 0 ? static_cast<size_t>(found[0]) : d.cma_reduce_bytes,
-                      found[1] > 0 ? static_cast<size_t>(found[1]) : d.cma_reduce_scatter_bytes,
-                      found[2] > 0 ? static_cast<size_t>(found[2]) : d.direct_bytes};
+  auto or_default = [&](size_t k, size_t compiled) { return found[k] > 0 ? static_cast<size_t>(found[k]) : compiled; };
+  const ShapeTuning t{shape, or_default(0, d.cma_reduce_bytes), or_default(1, d.cma_reduce_scatter_bytes),
+                      or_default(2, d.direct_bytes), or_default(3, d.cma_reduce_root_bytes)};
   const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
   if (!chosen.all_reduce) config.cma_reduce_bytes = t.all_reduce;
   if (!chosen.reduce_scatter) config.cma_reduce_scatter_bytes = t.reduce_scatter;
   if (!chosen.direct) config.direct_bytes = t.direct;
+  if (!chosen.reduce) config.cma_reduce_root_bytes = t.reduce;
   if (rank == 0) {
-    DCOMM_LOG(kInfo, kSubsysTuning, rank, shape, ": single copy reduces from ", t.all_reduce, " (all_reduce), ",
-              t.reduce_scatter, " bytes (reduce_scatter), direct up to ", t.direct, " bytes; measured in ",
-              std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), " ms",
-              found[0] > 0 && found[1] > 0 ? "" : " (the budget ran out: the rest compiled-in)",
-              chosen.all_reduce || chosen.reduce_scatter || chosen.direct
-                  ? " (what a variable or the program chose is kept)"
-                  : "",
-              ":", timings);
+    DCOMM_LOG(
+        kInfo, kSubsysTuning, rank, shape, ": single copy reduces from ", t.all_reduce, " (all_reduce), ",
+        t.reduce_scatter, " (reduce_scatter), ", t.reduce, " bytes (reduce), direct up to ", t.direct,
+        " bytes; measured in ", std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), " ms",
+        found[0] > 0 && found[1] > 0 && (found[3] > 0 || in_place) ? "" : " (the budget ran out: the rest compiled-in)",
+        chosen.all_reduce || chosen.reduce_scatter || chosen.direct || chosen.reduce
+            ? " (what a variable or the program chose is kept)"
+            : "",
+        ":", timings);
     remember_shape_tuning(t);
   }
   return {};

@@ -171,6 +171,9 @@ struct Config {
   // DCOMM_CMA_REDUCE_BYTES when that is set).
   size_t cma_reduce_bytes = 1u << 20;
   size_t cma_reduce_scatter_bytes = 1u << 20;
+  // DCOMM_CMA_REDUCE_ROOT_BYTES: the same for reduce (to a root: single copy writes the root's
+  // output only); unset, DCOMM_CMA_REDUCE_SCATTER_BYTES's value. The host tuning measures it.
+  size_t cma_reduce_root_bytes = 1u << 20;
   // DCOMM_CMA_OUT_OF_PLACE_BYTES: out-of-place all_reduce and reduce_scatter calls from this
   // size take single copy only when every rank's buffers are from dcomm::mem_alloc; below it,
   // through the kernel too (measured on 2 ranks, 2026-12-03: ahead of the ring at 16 MiB, behind
@@ -209,6 +212,7 @@ struct Config {
     auto cma = env_size("DCOMM_CMA_BYTES", static_cast<long long>(c.cma_bytes), 0, 1LL << 50);
     auto cma_reduce = env_size("DCOMM_CMA_REDUCE_BYTES", static_cast<long long>(c.cma_reduce_bytes), 0, 1LL << 50);
     auto cma_rs = env_size("DCOMM_CMA_REDUCE_SCATTER_BYTES", cma_reduce.ok() ? *cma_reduce : 0, 0, 1LL << 50);
+    auto cma_root = env_size("DCOMM_CMA_REDUCE_ROOT_BYTES", cma_rs.ok() ? *cma_rs : 0, 0, 1LL << 50);
     auto cma_oop =
         env_size("DCOMM_CMA_OUT_OF_PLACE_BYTES", static_cast<long long>(c.cma_out_of_place_bytes), 0, 1LL << 50);
     auto per_host = env_size("DCOMM_TEST_RANKS_PER_HOST", 0, 0, 1 << 20);
@@ -216,7 +220,7 @@ struct Config {
     for (const Status& s : {timeout.status(), slot.status(), slots.status(), small_slots.status(), socks.status(),
                             spin.status(), proxy_spin.status(), zero_copy.status(), rendezvous.status(),
                             stream.status(), direct.status(), staging.status(), cma.status(), cma_reduce.status(),
-                            cma_rs.status(), cma_oop.status(), per_host.status(), cyclic.status()})
+                            cma_rs.status(), cma_root.status(), cma_oop.status(), per_host.status(), cyclic.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -234,6 +238,7 @@ struct Config {
     c.cma_bytes = static_cast<size_t>(*cma);
     c.cma_reduce_bytes = static_cast<size_t>(*cma_reduce);
     c.cma_reduce_scatter_bytes = static_cast<size_t>(*cma_rs);
+    c.cma_reduce_root_bytes = static_cast<size_t>(*cma_root);
     c.cma_out_of_place_bytes = static_cast<size_t>(*cma_oop);
     c.test_ranks_per_host = static_cast<int>(*per_host);
     c.test_cyclic_hosts = static_cast<int>(*cyclic);
