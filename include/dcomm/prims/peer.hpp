@@ -235,13 +235,21 @@ class PeerPort {
   Status check_alive(bool sending) const {
     if (abort_->aborted()) return abort_->status();
     if (!(sending ? out_.consumer_closed() : (in_.producer_closed() && !in_.ready(recv_head_)))) return {};
+    return abort_reason_or(
+        make_error(ErrorCode::kPeerFailure, "peer ", info_->describe(),
+                   " has destroyed its communicator (or closed its connection) while this rank still ",
+                   sending ? "sends to it" : "expects data from it"));
+  }
+  // The abort's reason, once it arrives within the grace, else `otherwise`. Also for a single
+  // copy from or into this peer's buffers that failed: a peer that is leaving (it aborted, or
+  // its process is ending) unmaps them, and the reason it left names the rank at fault.
+  Status abort_reason_or(Status otherwise) const {
+    if (otherwise.ok()) return otherwise;
     for (Deadline grace(kCloseGrace); !grace.expired();) {
       if (abort_->aborted()) return abort_->status();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    return make_error(ErrorCode::kPeerFailure, "peer ", info_->describe(),
-                      " has destroyed its communicator (or closed its connection) while this rank still ",
-                      sending ? "sends to it" : "expects data from it");
+    return otherwise;
   }
   // A wait that has stalled for a while asks which call the peer is in (core/abort.hpp).
   Status diagnose_stall(bool sending) const {
