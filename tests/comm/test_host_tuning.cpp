@@ -48,7 +48,7 @@ TEST_CASE(
   CHECK_FALSE(read_host_tuning(path, sig, &why));
   CHECK(why.find("unreadable") != std::string::npos);
   HostMeasure with_shapes{
-      0.5, 20, {{"2-processes", 32768, 2097152, 8192, 131072}, {"4-threads", 65536, 1048576, 2048, 65536}}};
+      0.5, 20, {{"2-processes", 32768, 2097152, 8192, 131072, 2}, {"4-threads", 65536, 1048576, 2048, 65536, 1}}};
   REQUIRE(write_host_tuning(path, sig, with_shapes).ok());
   back = read_host_tuning(path, sig, &why);
   REQUIRE(back);
@@ -58,6 +58,7 @@ TEST_CASE(
   CHECK(back->for_shape("4-threads")->all_reduce == 65536);
   CHECK(back->for_shape("2-processes")->direct == 8192);
   CHECK(back->for_shape("2-processes")->reduce == 131072);
+  CHECK(back->for_shape("2-processes")->tries == 2);
   CHECK_FALSE(back->for_shape("3-threads"));
   std::ofstream(path, std::ios::app) << "shape 8-threads lots 1 1\n";
   CHECK_FALSE(read_host_tuning(path, sig, &why));
@@ -141,22 +142,30 @@ TEST_CASE(
   REQUIRE_MESSAGE(cached, why);
   const ShapeTuning* entry = cached->for_shape("2-threads");
   REQUIRE(entry);
-  CHECK(entry->all_reduce >= 16384);
-  CHECK(entry->all_reduce <= size_t{8} << 20);
-  CHECK(entry->reduce_scatter >= 16384);
-  CHECK(entry->reduce >= 16384);
-  CHECK(entry->reduce <= size_t{8} << 20);
-  CHECK(entry->direct >= 2048);
-  CHECK(entry->direct <= 16384);
+  CHECK(entry->tries == 1);
+  // Each threshold measured, or 0 where a loaded host ran the set-up out of its budget first:
+  // then the compiled-in value serves.
+  const Config d;
+  const size_t all_reduce = entry->all_reduce ? entry->all_reduce : d.cma_reduce_bytes;
+  const size_t reduce_scatter = entry->reduce_scatter ? entry->reduce_scatter : d.cma_reduce_scatter_bytes;
+  const size_t direct = entry->direct ? entry->direct : d.direct_bytes;
+  const size_t reduce = entry->reduce ? entry->reduce : d.cma_reduce_root_bytes;
+  CHECK(all_reduce >= 16384);
+  CHECK(all_reduce <= size_t{8} << 20);
+  CHECK(reduce_scatter >= 16384);
+  CHECK(reduce >= 16384);
+  CHECK(reduce <= size_t{8} << 20);
+  CHECK(direct >= 2048);
+  CHECK(direct <= 16384);
   for (auto& c : *comms) {
-    CHECK(c->config().cma_reduce_bytes == entry->all_reduce);
-    CHECK(c->config().cma_reduce_scatter_bytes == entry->reduce_scatter);
-    CHECK(c->config().direct_bytes == entry->direct);
-    CHECK(c->config().cma_reduce_root_bytes == entry->reduce);
+    CHECK(c->config().cma_reduce_bytes == all_reduce);
+    CHECK(c->config().cma_reduce_scatter_bytes == reduce_scatter);
+    CHECK(c->config().direct_bytes == direct);
+    CHECK(c->config().cma_reduce_root_bytes == reduce);
   }
   // Either side of what it chose, all_reduce, reduce_scatter and reduce (in and out of place)
   // are exact.
-  for (size_t threshold : {entry->all_reduce, entry->reduce_scatter, entry->direct, entry->reduce})
+  for (size_t threshold : {all_reduce, reduce_scatter, direct, reduce})
     for (size_t bytes : {threshold - 64, threshold, threshold + 64}) {
       CAPTURE(bytes);
       on_ranks(*comms, [&](Communicator& c) {
@@ -201,7 +210,7 @@ TEST_CASE(
   auto with_own = Communicator::create_local(2, own);
   REQUIRE_MESSAGE(with_own.ok(), with_own.status().message());
   for (auto& c : *with_own) {
-    CHECK(c->config().cma_reduce_bytes == entry->all_reduce);
+    CHECK(c->config().cma_reduce_bytes == all_reduce);
     CHECK(c->config().cma_reduce_scatter_bytes == 5000);
   }
   // A communicator made from a tuned one (split here; shrink and grow alike) takes its values and
@@ -211,9 +220,59 @@ TEST_CASE(
   on_ranks(*comms, [&](Communicator& c) {
     auto child = c.split(0, c.rank());
     REQUIRE_MESSAGE(child.ok(), child.status().message());
-    CHECK((*child)->config().direct_bytes == entry->direct);
-    CHECK((*child)->config().cma_reduce_bytes == entry->all_reduce);
+    CHECK((*child)->config().direct_bytes == direct);
+    CHECK((*child)->config().cma_reduce_bytes == all_reduce);
   });
   CHECK_FALSE(std::ifstream(path).good());
+  unsetenv("DCOMM_HOST_TUNING_CACHE");
+}
+
+TEST_CASE(
+    "shape tuning: what an earlier set-up's budget did not reach is measured at a later one, at most kShapeTries "
+    "times, keeping what it knew") {
+  const std::string path = temp_path("partial");
+  setenv("DCOMM_HOST_TUNING_CACHE", path.c_str(), 1);
+  auto host = measure_host();
+  REQUIRE_MESSAGE(host.ok(), host.status().message());
+  Config config;  // the default FIFO slots: a shape is measured with them
+  config.timeout = std::chrono::seconds(20);
+  // A cache whose 2-threads line does not know reduce_scatter (0) after `tries` set-ups; then a
+  // set-up of that shape: the line it leaves, and the reduce_scatter threshold of every rank.
+  auto set_up_after = [&](int tries, size_t* threshold) {
+    REQUIRE(write_host_tuning(path, host_signature(),
+                              {host->cma_us, host->copy_gbs, {{"2-threads", 65536, 0, 4096, 131072, tries}}})
+                .ok());
+    detail::host_tuning_memo().known.reset();
+    auto comms = Communicator::create_local(2, config);
+    REQUIRE_MESSAGE(comms.ok(), comms.status().message());
+    for (auto& c : *comms) {
+      CHECK(c->config().cma_reduce_bytes == 65536);  // known: kept, not timed again
+      CHECK(c->config().direct_bytes == 4096);
+      CHECK(c->config().cma_reduce_root_bytes == 131072);
+      CHECK(c->config().cma_reduce_scatter_bytes == (*comms)[0]->config().cma_reduce_scatter_bytes);
+    }
+    *threshold = (*comms)[0]->config().cma_reduce_scatter_bytes;
+    std::string why;
+    auto cached = read_host_tuning(path, host_signature(), &why);
+    REQUIRE_MESSAGE(cached, why);
+    REQUIRE(cached->for_shape("2-threads"));
+    return *cached->for_shape("2-threads");
+  };
+  size_t threshold = 0;
+  // After one try: this set-up measures reduce_scatter, and keeps the rest.
+  ShapeTuning after = set_up_after(1, &threshold);
+  CHECK(after.tries == 2);
+  CHECK(after.all_reduce == 65536);
+  CHECK(after.direct == 4096);
+  CHECK(after.reduce == 131072);
+  // Measured, unless this set-up ran out of its budget too (a loaded host): the compiled-in value.
+  CHECK(threshold == (after.reduce_scatter ? after.reduce_scatter : Config{}.cma_reduce_scatter_bytes));
+  CHECK(threshold >= 16384);
+  // After kShapeTries tries, what is not known stays the compiled-in value and is not measured.
+  after = set_up_after(kShapeTries, &threshold);
+  CHECK(after.tries == kShapeTries);
+  CHECK(after.reduce_scatter == 0);
+  CHECK(threshold == Config{}.cma_reduce_scatter_bytes);
+  std::remove(path.c_str());
   unsetenv("DCOMM_HOST_TUNING_CACHE");
 }

@@ -399,7 +399,7 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
     }
     const RunCollective forced = [this](const OpDesc& d, std::optional<Algorithm> a) { return run(d, a); };
     Status tuned = tune_link_model(facts_.link, rank_, size_, forced);
-    if (tuned.ok() && !sweep->empty()) tuned = tune_shape(config_, facts_, rank_, *sweep, forced);
+    if (tuned.ok() && *sweep) tuned = tune_shape(config_, facts_, rank_, **sweep, forced);
     choices_.clear();  // chosen with the link model and thresholds before tuning
     return tuned;
   }

@@ -37,8 +37,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <istream>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -57,10 +59,26 @@ DCOMM_NAMESPACE_BEGIN
 // The thresholds measured for communicators of one shape on this host ("2-processes",
 // "4-threads"): from which size single copy reduces ahead of the FIFO algorithms (all_reduce,
 // reduce_scatter, reduce), and up to which size the direct exchange is ahead (all_reduce).
+// A threshold is 0 where it is not known: the set-ups that measured the shape (`tries`) ran out
+// of their budget before it (a loaded host), and the compiled-in value serves until a later
+// set-up measures it (at most kShapeTries in all).
 struct ShapeTuning {
   std::string shape;
   size_t all_reduce = 0, reduce_scatter = 0, direct = 0, reduce = 0;
+  int tries = 0;
+
+  bool complete() const { return all_reduce && reduce_scatter && direct && reduce; }
 };
+inline constexpr int kShapeTries = 3;
+
+// A shape's one text form, in the cache's "shape" lines and in what rank 0 publishes at set-up.
+inline std::ostream& operator<<(std::ostream& out, const ShapeTuning& r) {
+  return out << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << " " << r.direct << " " << r.reduce << " "
+             << r.tries;
+}
+inline std::istream& operator>>(std::istream& in, ShapeTuning& r) {
+  return in >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct >> r.reduce >> r.tries;
+}
 
 struct HostMeasure {
   double cma_us = 0;    // a process_vm_readv's fixed cost
@@ -83,8 +101,9 @@ struct HostTuning {
 
 namespace detail {
 // Raised when what the cache holds, or what its timings would find, changes (4: single copy folds
-// out-of-place tiles in the output, so it overtakes the ring at other sizes).
-inline constexpr int kHostTuningFormat = 4;
+// out-of-place tiles in the output, so it overtakes the ring at other sizes; 5: a shape line
+// counts its tries and leaves what the budget did not reach at 0).
+inline constexpr int kHostTuningFormat = 5;
 
 inline std::string first_field(const char* path, const std::string& key) {
   std::ifstream in(path);
@@ -179,9 +198,7 @@ inline std::optional<HostMeasure> read_host_tuning(const std::string& path, cons
                        "; this one: ", signature, "): ignored, measured again");
     return std::nullopt;
   }
-  for (ShapeTuning r;
-       in >> key >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct >> r.reduce && key == "shape";)
-    m.shapes.push_back(r);
+  for (ShapeTuning r; in >> key >> r && key == "shape";) m.shapes.push_back(r);
   if (!in.eof()) {
     *why = path + " is not a dcomm host tuning (unreadable after copy_gbs): measured again";
     return std::nullopt;
@@ -196,9 +213,7 @@ inline Status write_host_tuning(const std::string& path, const std::string& sign
   {
     std::ofstream out(tmp);
     out << "dcomm-host-tuning\nhost " << signature << "\ncma_us " << m.cma_us << "\ncopy_gbs " << m.copy_gbs << "\n";
-    for (const ShapeTuning& r : m.shapes)
-      out << "shape " << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << " " << r.direct << " " << r.reduce
-          << "\n";
+    for (const ShapeTuning& r : m.shapes) out << "shape " << r << "\n";
     if (!out) return make_error(ErrorCode::kInternal, "cannot write the host tuning cache ", tmp);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -232,6 +247,14 @@ inline ChosenThresholds chosen_thresholds(const Config& c) {
           !env_or("DCOMM_DIRECT_BYTES").empty() || c.direct_bytes != d.direct_bytes,
           scatter_env || !env_or("DCOMM_CMA_REDUCE_ROOT_BYTES").empty() ||
               c.cma_reduce_root_bytes != d.cma_reduce_root_bytes};
+}
+
+// A shape's known thresholds go to `config`, except those a variable or the program chose.
+inline void apply_shape_tuning(Config& config, const ChosenThresholds& chosen, const ShapeTuning& t) {
+  if (!chosen.all_reduce && t.all_reduce) config.cma_reduce_bytes = t.all_reduce;
+  if (!chosen.reduce_scatter && t.reduce_scatter) config.cma_reduce_scatter_bytes = t.reduce_scatter;
+  if (!chosen.direct && t.direct) config.direct_bytes = t.direct;
+  if (!chosen.reduce && t.reduce) config.cma_reduce_root_bytes = t.reduce;
 }
 }  // namespace detail
 
@@ -307,53 +330,62 @@ inline constexpr double kMaxTunedLoad = 2;
 // Collective over a communicator in set-up: rank 0's tuning goes to every rank's `config`,
 // except where a DCOMM_* variable or the program chose the value. Returns the shape whose
 // thresholds this set-up must measure (comm/tuning.hpp: every rank can read every other's
-// memory, and the cache has none for it), or "" for none.
-inline Result<std::string> agree_host_tuning(Config& config, const HostTuningContext& c) {
+// memory, and the cache has none for it, or only some of them and fewer than kShapeTries tries),
+// with those known, or nothing.
+inline Result<std::optional<ShapeTuning>> agree_host_tuning(Config& config, const HostTuningContext& c) {
   const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
   const bool threads = std::all_of(c.peers.begin(), c.peers.end(),
                                    [&](const PeerInfo& p) { return p.process_id == c.peers[0].process_id; });
   const std::string shape = detail::cat(c.size, threads ? "-threads" : "-processes");
-  // DCOMM_CMA_BYTES, the shape's (all_reduce, reduce_scatter, direct, reduce), measure
-  size_t v[6] = {0, 0, 0, 0, 0, 0};
+  // What rank 0 publishes: DCOMM_CMA_BYTES, whether this set-up measures the shape, and the
+  // shape's thresholds (0 where not known).
+  size_t cma_bytes = 0;
+  int measure = 0;
+  ShapeTuning known{shape};
   if (c.rank == 0 && config.host_tuned) {  // made from a tuned communicator: its values
-    v[0] = config.cma_bytes, v[1] = config.cma_reduce_bytes, v[2] = config.cma_reduce_scatter_bytes;
-    v[3] = config.direct_bytes, v[4] = config.cma_reduce_root_bytes;
+    cma_bytes = config.cma_bytes;
+    known = {shape, config.cma_reduce_bytes, config.cma_reduce_scatter_bytes, config.direct_bytes,
+             config.cma_reduce_root_bytes};
   } else if (c.rank == 0) {
     const HostTuning t = host_tuning();
     // Measured with the default FIFO slots; with others (DCOMM_SLOT_BYTES) the compiled-in values.
     const bool default_slots = config.slot_bytes == Config{}.slot_bytes;
-    const ShapeTuning* known = default_slots ? t.measured.for_shape(shape) : nullptr;
-    const bool measure = !t.off && default_slots && c.single_copy && c.size >= 2 && c.size <= kAllPeerMaxRanks &&
-                         c.load <= kMaxTunedLoad && !known &&
-                         !(chosen.all_reduce && chosen.reduce_scatter && chosen.direct && chosen.reduce);
-    v[0] = t.cma_bytes, v[1] = known ? known->all_reduce : 0, v[2] = known ? known->reduce_scatter : 0;
-    v[3] = known ? known->direct : 0, v[4] = known ? known->reduce : 0, v[5] = measure ? 1 : 0;
+    const ShapeTuning* cached = default_slots ? t.measured.for_shape(shape) : nullptr;
+    measure = !t.off && default_slots && c.single_copy && c.size >= 2 && c.size <= kAllPeerMaxRanks &&
+              c.load <= kMaxTunedLoad && (!cached || (!cached->complete() && cached->tries < kShapeTries)) &&
+              !(chosen.all_reduce && chosen.reduce_scatter && chosen.direct && chosen.reduce);
+    cma_bytes = t.cma_bytes;
+    if (cached) known = *cached;
     DCOMM_LOG(
         kInfo, kSubsysTuning, c.rank, "host tuning ", t.source, ": process_vm_readv ", t.measured.cma_us,
-        " us, copies in cache ", t.measured.copy_gbs, " GB/s -> single copy from ", v[0], " bytes",
+        " us, copies in cache ", t.measured.copy_gbs, " GB/s -> single copy from ", cma_bytes, " bytes",
         chosen.cma ? detail::cat(" (not taken: DCOMM_CMA_BYTES or the program chose ", config.cma_bytes, ")") : "",
-        known ? detail::cat("; ", shape, ": single copy reduces from ", v[1], " (all_reduce), ", v[2],
-                            " (reduce_scatter), ", v[4], " bytes (reduce); direct up to ", v[3], " bytes")
-              : "",
-        measure ? detail::cat("; ", shape, ": its thresholds are measured at this set-up") : "");
+        cached
+            ? detail::cat("; ", shape, ": single copy reduces from ", known.all_reduce, " (all_reduce), ",
+                          known.reduce_scatter, " (reduce_scatter), ", known.reduce, " bytes (reduce); direct up to ",
+                          known.direct, " bytes", known.complete() ? "" : " (0: not known, the compiled-in value)")
+            : "",
+        measure ? detail::cat("; ", shape, ": ", cached ? "the rest of " : "", "its thresholds are measured at this ",
+                              "set-up (try ", known.tries + 1, " of ", kShapeTries, ")")
+                : "");
   }
   if (c.rank == 0 && c.size > 1) {
-    DCOMM_RETURN_IF_ERROR(c.store.set(c.prefix + "/host_tuning",
-                                      detail::cat(v[0], " ", v[1], " ", v[2], " ", v[3], " ", v[4], " ", v[5])));
+    std::ostringstream out;
+    out << cma_bytes << " " << measure << " " << known;
+    DCOMM_RETURN_IF_ERROR(c.store.set(c.prefix + "/host_tuning", out.str()));
   } else if (c.rank != 0) {
     auto got = c.store.get(c.prefix + "/host_tuning");
     if (!got.ok()) return got.status().with_context("rank 0's host tuning");
     std::istringstream in(*got);
-    if (!(in >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5]))
-      return make_error(ErrorCode::kInternal, "rank 0 published an unreadable host tuning '", *got, "'");
+    if (!(in >> cma_bytes >> measure >> known) || known.shape != shape)
+      return make_error(ErrorCode::kInternal, "rank 0 published an unreadable host tuning '", *got, "' (rank ", c.rank,
+                        " is of shape ", shape, ")");
   }
-  if (!chosen.cma) config.cma_bytes = v[0];
-  if (!chosen.all_reduce && v[1]) config.cma_reduce_bytes = v[1];
-  if (!chosen.reduce_scatter && v[2]) config.cma_reduce_scatter_bytes = v[2];
-  if (!chosen.direct && v[3]) config.direct_bytes = v[3];
-  if (!chosen.reduce && v[4]) config.cma_reduce_root_bytes = v[4];
+  if (!chosen.cma) config.cma_bytes = cma_bytes;
   config.host_tuned = true;
-  return v[5] ? shape : std::string();
+  if (measure) return std::optional<ShapeTuning>(known);  // tune_shape applies it, with the rest
+  detail::apply_shape_tuning(config, chosen, known);
+  return std::optional<ShapeTuning>();
 }
 
 DCOMM_NAMESPACE_END

@@ -175,12 +175,14 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // direct all_reduce is (shape_walks). Each candidate and the alternative are timed side by side
 // (float32 sums; slowest_us), out of place (in place with more ranks than cores, where out of
 // place keeps to the FIFO unless the buffers are from mem_alloc; reduce always out of place, as
-// its choice sees it). A round times one size of one walk, the
-// smallest next one; rank 0 plans every round and ends the walks where the next (a size twice
-// the last, about twice its time) would pass 30 ms, so all ranks make the same calls and take
-// the same values. Rank 0 adds them to the host's cache under `shape`. A threshold a variable
-// or the program chose is timed but not changed.
-inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, const std::string& shape,
+// its choice sees it). A round times one size of one walk, the smallest next one; rank 0 plans
+// every round and ends the walks where the next (a size twice the last, about twice its time)
+// would pass 30 ms, so all ranks make the same calls and take the same values. Rank 0 adds them
+// to the host's cache under the shape. A threshold a variable or the program chose is timed but
+// not changed. The thresholds `known` has (an earlier set-up's, whose budget ran out before the
+// rest) are not timed again; those this one does not reach either stay 0 in the cache, for a
+// later set-up (host_tuning.hpp's kShapeTries).
+inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, const ShapeTuning& known,
                          const RunCollective& run) {
   using Clock = std::chrono::steady_clock;
   const int size = facts.size();
@@ -195,6 +197,9 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   without[3].cma_reduce_root_bytes = 0;
   std::array<detail::SizeWalk, kWalks> walks = detail::shape_walks(config.slot_bytes);
   if (in_place) walks[3].next = 0;  // reduce through the kernel is not taken there (algorithm_choice.hpp)
+  const size_t had[kWalks] = {known.all_reduce, known.reduce_scatter, known.direct, known.reduce};
+  for (size_t k = 0; k < kWalks; ++k)
+    if (had[k]) walks[k].next = 0, walks[k].found = had[k];
   const auto t0 = Clock::now();
   auto round_start = t0;
   std::string timings;
@@ -205,7 +210,8 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
     round_start = now;
     if (rank == 0 &&
         std::chrono::duration<double, std::micro>(now - t0).count() + 2 * last_round_us > detail::kShapeBudgetUs)
-      for (detail::SizeWalk& w : walks) w.next = 0;
+      for (detail::SizeWalk& w : walks)
+        if (w.next) w.next = 0, w.found = 0;  // not reached: not known
     if (rank == 0) {
       const auto k = std::min_element(walks.begin(), walks.end(), [](const auto& a, const auto& b) {
         return a.next != 0 && (b.next == 0 || a.next < b.next);
@@ -233,27 +239,27 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   if (rank == 0)
     for (size_t k = 0; k < kWalks; ++k) found[k] = static_cast<double>(walks[k].found);
   DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, found, kWalks));
-  // Where the budget ran out before a crossing (or reduce was not timed): the compiled-in value,
-  // cached too (not timed again).
-  const Config d;
-  auto or_default = [&](size_t k, size_t compiled) { return found[k] > 0 ? static_cast<size_t>(found[k]) : compiled; };
-  const ShapeTuning t{shape, or_default(0, d.cma_reduce_bytes), or_default(1, d.cma_reduce_scatter_bytes),
-                      or_default(2, d.direct_bytes), or_default(3, d.cma_reduce_root_bytes)};
+  // Where the budget ran out before a crossing: 0, the compiled-in value until a later set-up
+  // measures it. reduce, not timed in place: the compiled-in value, as known.
+  const auto got = [&](size_t k) { return static_cast<size_t>(found[k]); };
+  const ShapeTuning t{
+      known.shape,    got(0), got(1), got(2), in_place && !got(3) ? Config{}.cma_reduce_root_bytes : got(3),
+      known.tries + 1};
   const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
-  if (!chosen.all_reduce) config.cma_reduce_bytes = t.all_reduce;
-  if (!chosen.reduce_scatter) config.cma_reduce_scatter_bytes = t.reduce_scatter;
-  if (!chosen.direct) config.direct_bytes = t.direct;
-  if (!chosen.reduce) config.cma_reduce_root_bytes = t.reduce;
+  detail::apply_shape_tuning(config, chosen, t);
   if (rank == 0) {
-    DCOMM_LOG(
-        kInfo, kSubsysTuning, rank, shape, ": single copy reduces from ", t.all_reduce, " (all_reduce), ",
-        t.reduce_scatter, " (reduce_scatter), ", t.reduce, " bytes (reduce), direct up to ", t.direct,
-        " bytes; measured in ", std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), " ms",
-        found[0] > 0 && found[1] > 0 && (found[3] > 0 || in_place) ? "" : " (the budget ran out: the rest compiled-in)",
-        chosen.all_reduce || chosen.reduce_scatter || chosen.direct || chosen.reduce
-            ? " (what a variable or the program chose is kept)"
-            : "",
-        ":", timings);
+    DCOMM_LOG(kInfo, kSubsysTuning, rank, t.shape, ": single copy reduces from ", t.all_reduce, " (all_reduce), ",
+              t.reduce_scatter, " (reduce_scatter), ", t.reduce, " bytes (reduce), direct up to ", t.direct,
+              " bytes; measured in ", std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), " ms (try ",
+              t.tries, " of ", kShapeTries, ")",
+              t.complete() ? ""
+              : t.tries < kShapeTries
+                  ? " (the budget ran out: 0 is not known, the compiled-in value, until a later set-up)"
+                  : " (the budget ran out: 0 is not known, the compiled-in value from now on)",
+              chosen.all_reduce || chosen.reduce_scatter || chosen.direct || chosen.reduce
+                  ? " (what a variable or the program chose is kept)"
+                  : "",
+              ":", timings);
     remember_shape_tuning(t);
   }
   return {};
