@@ -263,6 +263,32 @@ TEST_CASE("matrix, threads as ranks, the single-copy paths from 1 KiB") {
   }
 }
 
+// In place, single copy's root writes the tail of the buffer into the receivers where each
+// receiver's share of it (bytes / ranks) is DCOMM_CMA_BYTES or more; below, they read it whole.
+// Exact either side, from every root, single copy forced.
+TEST_CASE("single-copy broadcast in place either side of where the root writes the tail") {
+  for (int size : {2, 3}) {
+    CAPTURE(size);
+    Config config = test_config();
+    config.cma_bytes = 1024;
+    config.algo[static_cast<size_t>(algo_index(OpKind::kBroadcast))] = "single_copy";
+    auto comms = Communicator::create_local(size, config);
+    REQUIRE(comms.ok());
+    std::atomic<int> wrong{0};
+    on_ranks(*comms, [&](Communicator& c) {
+      const size_t at = 1024 / 4 * static_cast<size_t>(size);  // floats where the share is 1 KiB
+      for (size_t count : {at / 2, at - 16, at, at + 17, 4 * at + 5})
+        for (int root = 0; root < size; ++root) {
+          std::vector<float> buf(count);
+          for (size_t i = 0; i < count; ++i) buf[i] = c.rank() == root ? static_cast<float>(i % 1009 + root) : -1.0f;
+          if (!c.broadcast(buf.data(), buf.data(), count, DataType::kFloat32, root).ok()) ++wrong;
+          for (size_t i = 0; i < count; ++i) wrong += buf[i] != static_cast<float>(i % 1009 + root);
+        }
+    });
+    CHECK(wrong == 0);
+  }
+}
+
 // Point-to-point messages from DCOMM_CMA_BYTES go single copy (the receiver copies from the
 // sender's buffer): exact at a block 4 bytes under, at, and 4 bytes over it, as all_to_all's
 // blocks (in and out of place) and as a send_recv round the ring, over shared memory and

@@ -83,7 +83,8 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
     return true;
   }
   if (d.kind == OpKind::kBroadcast) {
-    DCOMM_RETURN_IF_ERROR(single_copy_broadcast(links.all(), c.rank, d.root, d.send, d.recv, d.count * eb));
+    DCOMM_RETURN_IF_ERROR(
+        single_copy_broadcast(links.all(), c.rank, d.root, d.send, d.recv, d.count * eb, c.config.cma_bytes));
     return true;
   }
   const bool stream = stream_output(shape, c.config);
