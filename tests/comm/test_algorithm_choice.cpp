@@ -65,6 +65,31 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
   CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) != Algorithm::kSingleCopy);
 }
 
+// Out of place, reductions go through the kernel below DCOMM_CMA_OUT_OF_PLACE_BYTES x 2 / ranks
+// (the ranks' buffers together in the last-level cache), and up to kMaxTunedLoad ranks a core.
+TEST_CASE("out-of-place single copy through the kernel: up to 2 ranks a core, below the cap scaled by the ranks") {
+  Config c;
+  c.cma_reduce_bytes = c.cma_reduce_root_bytes = 256 << 10;
+  auto pick = [&](OpKind k, size_t bytes, int ranks, double load, bool in_place = false) {
+    const size_t count = bytes / 4 / (k == OpKind::kReduceScatter ? static_cast<size_t>(ranks) : 1);
+    return choose_algorithm({k, count, 4, ranks, in_place}, c, true, LinkModel::for_load(load)).algorithm;
+  };
+  CHECK(out_of_place_through_kernel(c, 2) == c.cma_out_of_place_bytes);
+  CHECK(out_of_place_through_kernel(c, 4) == c.cma_out_of_place_bytes / 2);
+  const size_t cap4 = out_of_place_through_kernel(c, 4);
+  for (OpKind k : {OpKind::kAllReduce, OpKind::kReduce}) {
+    CAPTURE(to_string(k));
+    CHECK(pick(k, 256 << 10, 4, 2) == Algorithm::kSingleCopy);  // 4 ranks on 2 cores
+    CHECK(pick(k, (256 << 10) - 64, 4, 2) != Algorithm::kSingleCopy);
+    CHECK(pick(k, cap4 - 64, 4, 2) == Algorithm::kSingleCopy);
+    CHECK(pick(k, cap4, 4, 2) == Algorithm::kSingleCopyIfRegistered);
+    CHECK(pick(k, cap4 - 64, 4, 1) == Algorithm::kSingleCopy);            // 4 ranks on 4 cores: the same cap
+    CHECK(pick(k, 1 << 20, 8, 4) == Algorithm::kSingleCopyIfRegistered);  // 8 ranks on 2 cores
+    CHECK(pick(k, 1 << 20, 6, 3) == Algorithm::kSingleCopyIfRegistered);
+  }
+  CHECK(pick(OpKind::kAllReduce, 1 << 20, 8, 4, true) == Algorithm::kSingleCopy);  // in place it stays ahead
+}
+
 TEST_CASE("direct reduce_scatter and all_gather: one exchange of blocks up to DCOMM_DIRECT_BYTES in all, 3-8 ranks") {
   Config c;
   // bytes: the whole buffer (all_gather's output, reduce_scatter's input), as nccl-tests' size

@@ -69,6 +69,20 @@ inline size_t oversubscribed_threshold(size_t bytes, double load) {
   return load > 1 ? static_cast<size_t>(static_cast<double>(bytes) * 2 * load) : bytes;
 }
 
+// Over 2 ranks per core a timing measures the scheduler more than the algorithms (and 8 ranks on
+// 2 cores took 60 ms over the 50 a first set-up may add): the host tuning (host_tuning.hpp)
+// leaves such shapes at the compiled-in values, and reductions out of place do not go through
+// the kernel there.
+inline constexpr double kMaxTunedLoad = 2;
+
+// Up to where out-of-place reductions go through the kernel: DCOMM_CMA_OUT_OF_PLACE_BYTES is
+// the crossing with the ring measured on 2 ranks, where the ranks' buffers together leave the
+// last-level cache; with more ranks it comes as many times sooner (4 processes here: single
+// copy 0.75-0.86 of the ring's time at 4-8 MiB, 1.46 at 16 MiB).
+inline size_t out_of_place_through_kernel(const Config& config, int ranks) {
+  return config.cma_out_of_place_bytes / static_cast<size_t>(std::max(ranks, 2)) * 2;
+}
+
 inline Choice choose_algorithm(const CallShape& c, const Config& config, bool single_copy,
                                const LinkModel& link = LinkModel{}) {
   if (c.ranks < 2 || c.count == 0) return {Algorithm::kRing, "trivial"};
@@ -111,8 +125,9 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
         // In place single copy stays ahead. With every rank's buffers from dcomm::mem_alloc,
         // single copy reaches them by plain loads and streaming stores and wins at every size;
         // the ranks learn that from the descriptors it swaps first, so this choice is deferred
-        // to them. With more ranks than cores, single copy through the kernel was slower than
-        // the ring out of place at every size measured (docs/benchmarking.md, "Figures behind
+        // to them. Over kMaxTunedLoad ranks a core, single copy through the kernel was slower
+        // than the ring out of place at every size measured (8 ranks on 2 cores; up to 2 a core
+        // it is ahead where the host tuning finds it: docs/benchmarking.md, "Figures behind
         // the comments"): only buffers from mem_alloc take it there.
         if (const size_t from = c.kind == OpKind::kAllReduce       ? config.cma_reduce_bytes
                                 : c.kind == OpKind::kReduceScatter ? config.cma_reduce_scatter_bytes
@@ -120,7 +135,8 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
             from && bytes >= from)
           // (a reduce counts as out of place: only its root's recv is given, so the ranks
           // could see in place differently)
-          return {(c.in_place && c.kind != OpKind::kReduce) || (bytes < config.cma_out_of_place_bytes && link.load <= 1)
+          return {(c.in_place && c.kind != OpKind::kReduce) ||
+                          (bytes < out_of_place_through_kernel(config, c.ranks) && link.load <= kMaxTunedLoad)
                       ? Algorithm::kSingleCopy
                       : Algorithm::kSingleCopyIfRegistered,
                   "measured"};

@@ -323,10 +323,6 @@ struct HostTuningContext {
   double load;                         // the most ranks per core on a host (comm/facts.hpp)
 };
 
-// Over 2 ranks per core a timing measures the scheduler more than the algorithms (and 8 ranks on
-// 2 cores took 60 ms over the 50 a first set-up may add): such shapes keep the compiled-in values.
-inline constexpr double kMaxTunedLoad = 2;
-
 // Collective over a communicator in set-up: rank 0's tuning goes to every rank's `config`,
 // except where a DCOMM_* variable or the program chose the value. Returns the shape whose
 // thresholds this set-up must measure (comm/tuning.hpp: every rank can read every other's

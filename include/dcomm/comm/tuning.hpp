@@ -173,9 +173,9 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // most kAllPeerMaxRanks): from which size single copy is ahead of what the cost model would run
 // otherwise, for all_reduce, reduce_scatter and reduce (to rank 0), and up to which size the
 // direct all_reduce is (shape_walks). Each candidate and the alternative are timed side by side
-// (float32 sums; slowest_us), out of place (in place with more ranks than cores, where out of
-// place keeps to the FIFO unless the buffers are from mem_alloc; reduce always out of place, as
-// its choice sees it). A round times one size of one walk, the smallest next one; rank 0 plans
+// (float32 sums; slowest_us), out of place (a shape is timed up to kMaxTunedLoad ranks a core,
+// where out-of-place reductions go through the kernel too). A round times one size of one walk,
+// the smallest next one; rank 0 plans
 // every round and ends the walks where the next (a size twice the last, about twice its time)
 // would pass 30 ms, so all ranks make the same calls and take the same values. Rank 0 adds them
 // to the host's cache under the shape. A threshold a variable or the program chose is timed but
@@ -186,7 +186,6 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
                          const RunCollective& run) {
   using Clock = std::chrono::steady_clock;
   const int size = facts.size();
-  const bool in_place = facts.link.load > 1;
   std::vector<float> in(detail::kSingleCopyLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
   constexpr size_t kWalks = detail::kShapeWalks;
   const OpKind kinds[kWalks] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllReduce, OpKind::kReduce};
@@ -196,7 +195,6 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   without[0].cma_reduce_bytes = without[1].cma_reduce_scatter_bytes = without[2].direct_bytes = 0;
   without[3].cma_reduce_root_bytes = 0;
   std::array<detail::SizeWalk, kWalks> walks = detail::shape_walks(config.slot_bytes);
-  if (in_place) walks[3].next = 0;  // reduce through the kernel is not taken there (algorithm_choice.hpp)
   const size_t had[kWalks] = {known.all_reduce, known.reduce_scatter, known.direct, known.reduce};
   for (size_t k = 0; k < kWalks; ++k)
     if (had[k]) walks[k].next = 0, walks[k].found = had[k];
@@ -228,13 +226,12 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
     if (k == kWalks) break;
     const bool rs = kinds[k] == OpKind::kReduceScatter;
     const size_t count = static_cast<size_t>(plan[k]) / sizeof(float) / static_cast<size_t>(rs ? size : 1);
-    float* recv = !in_place ? out.data() : rs ? in.data() + static_cast<size_t>(rank) * count : in.data();
-    const CallShape call{kinds[k], count, sizeof(float), size, in_place && kinds[k] != OpKind::kReduce, facts.hosts};
+    const CallShape call{kinds[k], count, sizeof(float), size, /*in_place=*/false, facts.hosts};
     const Algorithm algorithms[2] = {choose_algorithm(call, without[k], facts.single_copy, facts.link).algorithm,
                                      candidate[k]};
     double us[2] = {0, 0};
     DCOMM_RETURN_IF_ERROR(detail::slowest_us(
-        run, OpDesc{kinds[k], in.data(), recv, count, DataType::kFloat32, ReduceOp::kSum}, algorithms, us));
+        run, OpDesc{kinds[k], in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum}, algorithms, us));
     if (rank != 0) continue;
     timings += detail::cat(" ", to_string(kinds[k]), " ", call.bytes(), ": ", to_string(algorithms[0]), " ", us[0],
                            " us, ", to_string(algorithms[1]), " ", us[1], " us;");
@@ -245,11 +242,9 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
     for (size_t k = 0; k < kWalks; ++k) found[k] = static_cast<double>(walks[k].found);
   DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, found, kWalks));
   // Where the budget ran out before a crossing: 0, the compiled-in value until a later set-up
-  // measures it. reduce, not timed in place: the compiled-in value, as known.
+  // measures it.
   const auto got = [&](size_t k) { return static_cast<size_t>(found[k]); };
-  const ShapeTuning t{
-      known.shape,    got(0), got(1), got(2), in_place && !got(3) ? Config{}.cma_reduce_root_bytes : got(3),
-      known.tries + 1};
+  const ShapeTuning t{known.shape, got(0), got(1), got(2), got(3), known.tries + 1};
   const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
   detail::apply_shape_tuning(config, chosen, t);
   if (rank == 0) {
