@@ -175,10 +175,9 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // direct all_reduce is (shape_walks). Each candidate and the alternative are timed side by side
 // (float32 sums; slowest_us), out of place (a shape is timed up to kMaxTunedLoad ranks a core,
 // where out-of-place reductions go through the kernel too). A round times one size of one walk,
-// the smallest next one; rank 0 plans
-// every round and ends the walks where the next (a size twice the last, about twice its time)
-// would pass 30 ms, so all ranks make the same calls and take the same values. Rank 0 adds them
-// to the host's cache under the shape. A threshold a variable or the program chose is timed but
+// the smallest next one; rank 0 plans every round and ends the walks where the next (a size
+// twice the last, about twice its time) would pass 30 ms, so all ranks make the same calls and
+// take the same values. Rank 0 adds them to the host's cache under the shape. A threshold a variable or the program chose is timed but
 // not changed. The thresholds `known` has (an earlier set-up's, whose budget ran out before the
 // rest) are not timed again; those this one does not reach either stay 0 in the cache, for a
 // later set-up (host_tuning.hpp's kShapeTries).
