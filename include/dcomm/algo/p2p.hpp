@@ -147,8 +147,7 @@ inline Result<bool> advance_pulled(const P2POp& op, PeerPort& port, const CallSt
     if (where.bytes != total)
       return make_error(ErrorCode::kAborted, port.info().describe(), " sent ", where.bytes,
                         " bytes where this rank receives ", total);
-    DCOMM_RETURN_IF_ERROR(
-        port.abort_reason_or(port.memory().read(op.buffer, where.address, total, where.input_region)));
+    DCOMM_RETURN_IF_ERROR(port.read_memory(op.buffer, where.address, total, where.input_region));
     port.release_recv(/*now=*/true);
   }
   *moved = true;

@@ -114,8 +114,8 @@ inline Status push_to_peers(const std::vector<PeerPort*>& ports, int rank, const
   for (int k = 1; k < size; ++k) {
     const size_t p = static_cast<size_t>((rank + k) % size);
     if (to != kPushAll && static_cast<int>(p) != to) continue;
-    DCOMM_RETURN_IF_ERROR(ports[p]->abort_reason_or(
-        ports[p]->memory().write(peers[p].output + at, from, bytes, peers[p].output_region, /*stream=*/true)));
+    DCOMM_RETURN_IF_ERROR(
+        ports[p]->write_memory(peers[p].output + at, from, bytes, peers[p].output_region, /*stream=*/true));
   }
   return {};
 }
@@ -168,9 +168,8 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
       if (p == rank) continue;
       auto target = detail::take_descriptor(ports[static_cast<size_t>(p)], bytes);
       if (!target.ok()) return target.status();
-      PeerPort* to = ports[static_cast<size_t>(p)];
-      DCOMM_RETURN_IF_ERROR(to->abort_reason_or(to->memory().write(
-          target->address + split, static_cast<const char*>(send) + split, bytes - split, target->input_region)));
+      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(p)]->write_memory(
+          target->address + split, static_cast<const char*>(send) + split, bytes - split, target->input_region));
     }
     return detail::finish(ports, rank);
   }
@@ -182,8 +181,7 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
     detail::BufferDescriptor mine = detail::descriptor_of(recv, bytes);
     DCOMM_RETURN_IF_ERROR(from_root->post(&mine, sizeof mine));
   }
-  DCOMM_RETURN_IF_ERROR(
-      from_root->abort_reason_or(from_root->memory().read(recv, source->address, source->split, source->input_region)));
+  DCOMM_RETURN_IF_ERROR(from_root->read_memory(recv, source->address, source->split, source->input_region));
   DCOMM_RETURN_IF_ERROR(from_root->post(nullptr, 0));
   return detail::await_done(from_root);
 }
@@ -228,7 +226,7 @@ inline Status fold_chunk(const std::vector<PeerPort*>& ports, int rank, const Re
       const BufferDescriptor& d = peers[static_cast<size_t>(p)];
       const char* theirs = port->memory().view(d.input_region, d.address + at, n * eb);  // read in place if mapped
       if (!theirs) {
-        DCOMM_RETURN_IF_ERROR(port->abort_reason_or(port->memory().read(tile, d.address + at, n * eb)));
+        DCOMM_RETURN_IF_ERROR(port->read_memory(tile, d.address + at, n * eb));
         theirs = tile;
       }
       r.reduce(sum, partial, theirs, n);

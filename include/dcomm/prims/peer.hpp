@@ -221,6 +221,14 @@ class PeerPort {
 
   // The peer's memory, for the single-copy paths (prims/peer_memory.hpp).
   PeerMemory& memory() { return memory_; }
+  // A single copy from or into the peer's buffers (PeerMemory's read and write); one that fails
+  // reports the communicator's abort reason when it arrives within the grace (abort_reason_or).
+  Status read_memory(void* dst, uint64_t src, size_t bytes, const RegionRef& region = {}) {
+    return abort_reason_or(memory_.read(dst, src, bytes, region));
+  }
+  Status write_memory(uint64_t dst, const void* src, size_t bytes, const RegionRef& region = {}, bool stream = false) {
+    return abort_reason_or(memory_.write(dst, src, bytes, region, stream));
+  }
 
   // How long a wait on this peer spins before it yields: briefly when a proxy thread on this
   // host moves the data, since spinning takes the CPU from the thread it waits for.
