@@ -93,6 +93,16 @@ TEST_CASE("WaitClock: the deadline and the stall diagnosis start at the first sl
   CHECK(stall_threshold(c) == std::chrono::milliseconds(1000));
 }
 
+TEST_CASE("Backoff: DCOMM_SPIN counts polls, so a wait that polls many things a round spins fewer rounds") {
+  CHECK(Backoff(16).spin_rounds() == 16);
+  CHECK(Backoff(16, 1).spin_rounds() == 16);
+  CHECK(Backoff(16, 6).spin_rounds() == 2);  // 4 ranks' all_to_all: 3 sends and 3 receives
+  CHECK(Backoff(2000, 2).spin_rounds() == 1000);
+  CHECK(Backoff(16, 0).spin_rounds() == 16);  // nothing polled: as one
+  CHECK(Backoff(4, 14).spin_rounds() == 1);   // where it spins at all, at least one round
+  CHECK(Backoff(0, 6).spin_rounds() == 0);    // DCOMM_SPIN=0 yields at once
+}
+
 TEST_CASE("fifo_slots: the default FIFO depth follows the tree's depth at scale; DCOMM_SLOTS always wins") {
   const Config d;
   CHECK(fifo_slots(d, 2) == 8);

@@ -260,7 +260,9 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
     spin = std::min(spin, port_of(ops[i])->spin_iterations());
   }
   bool any_by_reference = false;
-  Backoff backoff(spin);
+  // A round of this loop polls every message still under way: a wide batch (an all_to_all's
+  // 2 x (n-1) messages) yields after as many polls as a single wait, not that many rounds.
+  Backoff backoff(spin, remaining);
   WaitClock clock(config);
   while (remaining > 0) {
     bool moved = false;

@@ -38,6 +38,13 @@ class Deadline {
 class Backoff {
  public:
   explicit Backoff(int spin_iterations) : spin_(static_cast<uint32_t>(spin_iterations)) {}
+  // A wait whose every round polls `polls_per_round` things (algo/p2p.hpp's batch): DCOMM_SPIN
+  // counts polls, so the spin is shared out among them (at least one round where it spins at all).
+  Backoff(int spin_polls, size_t polls_per_round)
+      : Backoff(spin_polls > 0 ? std::max<int>(1, spin_polls / static_cast<int>(std::max<size_t>(1, polls_per_round)))
+                               : 0) {}
+  // The rounds it spins before it starts yielding.
+  uint32_t spin_rounds() const { return spin_; }
   // One step of waiting. Returns true when the caller should look at the clock and the
   // slow conditions (abort, peer gone); most steps skip that.
   bool pause() {
