@@ -32,6 +32,7 @@ namespace detail {
 struct MessageState {
   CallStamp stamp;  // its own (a user's batch)
   size_t done = 0;
+  int before = -1;  // the batch's previous message on the same pair and direction, which goes first
   bool finished = false, rendezvous = false, by_reference = true, pulled = false;
 };
 
@@ -44,9 +45,19 @@ struct MessageState {
 // all_to_all_v whose own block moves over a block still to be sent).
 inline std::span<const P2POp> stage_clobbered_sends(std::span<const P2POp> ops, int rank, std::vector<char>& staging,
                                                     std::vector<P2POp>& own, std::vector<MessageState>& state) {
+  // The span of every receive's bytes: a send outside it (any out-of-place batch) needs no look
+  // at each receive, so a wide batch costs one pass, not one per send.
+  const char *lo = nullptr, *hi = nullptr;
+  for (const auto& r : ops) {
+    if (r.kind != P2POp::Kind::kRecv || !r.bytes()) continue;
+    const char* at = static_cast<const char*>(r.buffer);
+    lo = lo ? std::min(lo, at) : at;
+    hi = std::max(hi, at + r.bytes());
+  }
   size_t staged = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != P2POp::Kind::kSend || ops[i].peer == rank) continue;
+    if (!lo || !ranges_overlap(ops[i].buffer, ops[i].bytes(), lo, static_cast<size_t>(hi - lo))) continue;
     bool clobbered = false;
     for (const auto& r : ops)
       clobbered |= r.kind == P2POp::Kind::kRecv && ranges_overlap(ops[i].buffer, ops[i].bytes(), r.buffer, r.bytes());
@@ -228,6 +239,8 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   // next step, or the caller, may write that memory at once.
   for (size_t i = 0; i < ops.size(); ++i) {
     detail::MessageState& m = state[i];
+    for (size_t j = i; j-- > 0 && m.before < 0;)
+      if (ops[j].peer == ops[i].peer && ops[j].kind == ops[i].kind) m.before = static_cast<int>(j);
     if (message_stamps) m.stamp = message_stamp(ops[i].type, ops[i].count, ops[i].tag);
     m.pulled = message_stamps && pull_bytes && ops[i].peer != rank && ops[i].bytes() >= pull_bytes;
     m.rendezvous = !m.pulled && (message_stamps || ops[i].by_rendezvous) && ops[i].peer != rank && !ops[i].fold &&
@@ -269,10 +282,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
     for (size_t i = 0; i < ops.size(); ++i) {
       detail::MessageState& m = state[i];
       if (m.finished) continue;
-      bool blocked = false;  // an earlier message on the same pair and direction goes first
-      for (size_t j = 0; j < i && !blocked; ++j)
-        blocked = !state[j].finished && ops[j].peer == ops[i].peer && ops[j].kind == ops[i].kind;
-      if (blocked) continue;
+      if (m.before >= 0 && !state[static_cast<size_t>(m.before)].finished) continue;  // it goes first
       const detail::P2PRoute route{m.rendezvous, m.by_reference, m.pulled, message_stamps ? &m.stamp : nullptr};
       const Result<bool> whole =
           detail::advance_p2p(ops[i], *port_of(ops[i]), route, &m.done, &moved, &any_by_reference);
