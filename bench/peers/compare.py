@@ -59,7 +59,14 @@ APT = {"openmpi": ["openmpi-bin", "libopenmpi-dev"], "mpich": ["mpich", "libmpic
 
 
 def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
+    """The command's output; a failure ends the run with what it wrote to stderr and the
+    variables it ran under (DCOMM_ALGO, a transport's), since the traceback shows neither."""
+    r = subprocess.run(cmd, text=True, capture_output=True, **kw)
+    if r.returncode:
+        env = kw.get("env") or {}
+        extra = " ".join(f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v)
+        sys.exit(f"{extra + ' ' if extra else ''}{' '.join(cmd)} exited {r.returncode}:\n{r.stderr[-4000:]}")
+    return r.stdout
 
 
 def pypi_venv(peer, install=False):
