@@ -177,10 +177,10 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // where out-of-place reductions go through the kernel too). A round times one size of one walk,
 // the smallest next one; rank 0 plans every round and ends the walks where the next (a size
 // twice the last, about twice its time) would pass 30 ms, so all ranks make the same calls and
-// take the same values. Rank 0 adds them to the host's cache under the shape. A threshold a variable or the program chose is timed but
-// not changed. The thresholds `known` has (an earlier set-up's, whose budget ran out before the
-// rest) are not timed again; those this one does not reach either stay 0 in the cache, for a
-// later set-up (host_tuning.hpp's kShapeTries).
+// take the same values. Rank 0 adds them to the host's cache under the shape. A threshold a
+// variable or the program chose is timed but not changed. The thresholds `known` has (an earlier
+// set-up's, whose budget ran out before the rest) are not timed again; those this one does not
+// reach either stay 0 in the cache, for a later set-up (host_tuning.hpp's kShapeTries).
 inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, const ShapeTuning& known,
                          const RunCollective& run) {
   using Clock = std::chrono::steady_clock;
