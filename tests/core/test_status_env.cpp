@@ -60,6 +60,15 @@ TEST_CASE("Config::from_env reads DCOMM_* variables and names a bad one") {
   CHECK(bad_s.status().message().find("DCOMM_SLOTS") != std::string::npos);
   unsetenv("DCOMM_SLOTS");
   unsetenv("DCOMM_SLOT_BYTES");
+
+  CHECK(Config::from_env()->staged_copy == -1);  // auto: over 2 ranks a core
+  setenv("DCOMM_STAGED_COPY", "0", 1);
+  CHECK(Config::from_env()->staged_copy == 0);
+  setenv("DCOMM_STAGED_COPY", "2", 1);
+  auto bad_staged = Config::from_env();
+  REQUIRE_FALSE(bad_staged.ok());
+  CHECK(bad_staged.status().message().find("DCOMM_STAGED_COPY") != std::string::npos);
+  unsetenv("DCOMM_STAGED_COPY");
 }
 
 TEST_CASE("parse_size understands K, M and G suffixes") {

@@ -84,6 +84,21 @@ TEST_CASE("matrix, processes over shared memory with the single-copy paths from 
   }
 }
 
+// A single-copy broadcast staged through the root's mapped block (DCOMM_STAGED_COPY=1; by
+// default only over 2 ranks a core), its receivers' copies streamed or not: exact either side of
+// each piece boundary (worker.cpp, broadcast_pieces); the matrix's small counts take one piece.
+TEST_CASE("broadcast staged through the root's mapped block, either side of its piece boundaries") {
+  for (const char* stream : {"DCOMM_STREAM_BYTES=2K", "DCOMM_STREAM_BYTES=1G"})
+    for (int size : {2, 3, 5}) {
+      CAPTURE(stream);
+      CAPTURE(size);
+      const std::vector<std::string> env = {"DCOMM_STAGED_COPY=1", "DCOMM_ALGO=broadcast:single_copy", stream,
+                                            "DCOMM_TIMEOUT_MS=60000"};
+      check_all_exit(run_local({"broadcast_pieces"}, size, env), 0);
+    }
+  check_all_exit(run_local({"matrix"}, 3, with(kSmall, {"DCOMM_STAGED_COPY=1", "DCOMM_CMA_BYTES=1K"})), 0);
+}
+
 TEST_CASE("matrix, processes with buffers from mem_alloc: peers map them (all ranks, or even ranks only)") {
   // Single copy from 1 KiB and through the kernel out of place only below 2 KiB, so
   // out-of-place all_reduce takes the path that needs every output registered; with "mixed"

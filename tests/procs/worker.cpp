@@ -15,6 +15,9 @@
 //                   process's descriptors, threads, shared-memory files and pinned memory
 //                   (verbs registrations) are as before
 //   one_sided [mem_alloc|heap]: puts with signals around the ring into each rank's window
+//   broadcast_pieces  broadcasts either side of where a staged one (algo/single_copy.hpp) takes
+//                   a second piece, a third (a slot used again), an eighth over a tile, and the
+//                   4 MiB cap; in place and out of place, every root; exit 0 when all are exact
 // Output: one line per failure, then "rank R: ..." summaries.
 #include <chrono>
 #include <thread>
@@ -102,6 +105,30 @@ int main(int argc, char** argv) {
     c.barrier().ignore();
     if (shared) mem_free(window).ignore();
     return 0;
+  }
+  if (mode == "broadcast_pieces") {
+    const size_t tile = 256 * 1024 / sizeof(float);  // algo/single_copy.hpp's kTileBytes, in floats
+    int wrong = 0;
+    for (size_t count : {size_t{1}, tile - 1, tile, tile + 1, 2 * tile, 3 * tile + 1, 8 * tile + 17, 128 * tile + 1})
+      for (int root = 0; root < c.size(); ++root) {
+        if (count > 8 * tile + 17 && root != c.size() - 1) continue;  // the 32 MiB case: one root
+        for (bool in_place : {true, false}) {
+          std::vector<float> send(count), recv(count, -1.0f);
+          auto want = [&](size_t i) { return static_cast<float>((i * 7 + static_cast<size_t>(root)) % 4093); };
+          if (c.rank() == root)
+            for (size_t i = 0; i < count; ++i) send[i] = want(i);
+          float* out = in_place ? send.data() : recv.data();
+          Status s = c.broadcast(send.data(), out, count, DataType::kFloat32, root);
+          size_t bad = 0;
+          for (size_t i = 0; i < count; ++i) bad += out[i] != want(i);
+          if (!s.ok() || bad) {
+            report("rank %d broadcast_pieces: %zu floats from root %d%s: %s (%zu wrong)\n", c.rank(), count, root,
+                   in_place ? " in place" : "", s.ok() ? "wrong data" : s.message().c_str(), bad);
+            ++wrong;
+          }
+        }
+      }
+    return wrong ? 1 : 0;
   }
   if (mode == "quick") {
     std::vector<float> buf(1000, static_cast<float>(c.rank() + 1));

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/log.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/prims/peer.hpp"
 #include "dcomm/reduce/copy.hpp"
@@ -38,15 +39,20 @@ struct BufferDescriptor {
   uint64_t bytes;
   uint64_t output = 0;                    // all_reduce, all_gather: where peers write their results
   uint64_t split = 0;                     // broadcast: where the receivers stop reading (the root writes the rest)
+  uint64_t piece = 0;                     // broadcast: staged, in pieces of this many bytes (0: read in place)
   RegionRef input_region, output_region;  // set when the buffer is in a dcomm::mem_alloc block
 };
 
 // This rank's buffers as its peers need them: `in` of `bytes` and `out` of `out_bytes`.
 inline BufferDescriptor descriptor_of(const void* in, size_t bytes, const void* out = nullptr, size_t out_bytes = 0,
                                       uint64_t split = 0) {
-  return {reinterpret_cast<uint64_t>(in),  bytes,
-          reinterpret_cast<uint64_t>(out), split,
-          local_region(in, bytes),         out ? local_region(out, out_bytes) : RegionRef{}};
+  return {reinterpret_cast<uint64_t>(in),
+          bytes,
+          reinterpret_cast<uint64_t>(out),
+          split,
+          0,
+          local_region(in, bytes),
+          out ? local_region(out, out_bytes) : RegionRef{}};
 }
 
 // Receives a peer's descriptor (its buffers' addresses), checking the size it offers.
@@ -144,6 +150,70 @@ inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int ra
   return detail::finish(ports, rank);
 }
 
+namespace detail {
+// A staged broadcast's pieces: piece i goes through slot i % kStagedSlots of the root's staging
+// block, so the root copies a piece while the receivers read the one before. A piece is an
+// eighth of the buffer (the root's first piece is the copy no receiver overlaps), at least a
+// tile and at most 4 MiB (the staging block: 8 MiB at most).
+inline constexpr size_t kStagedSlots = 2;
+inline constexpr size_t kStagedPieceMax = size_t{4} << 20;
+
+inline size_t staged_piece(size_t bytes) {
+  const size_t eighth = (bytes / 8 + 63) & ~size_t{63};
+  return std::min(bytes, std::clamp(eighth, kTileBytes, kStagedPieceMax));
+}
+
+// Whether some peer is another process (threads of this one read the root's buffer in place).
+inline bool any_other_process(const std::vector<PeerPort*>& ports, int rank) {
+  for (size_t p = 0; p < ports.size(); ++p)
+    if (static_cast<int>(p) != rank && !ports[p]->memory().same_process()) return true;
+  return false;
+}
+
+// The root's side, through `area` (kStagedSlots pieces of the root's staging block): each
+// piece is copied there (and into recv, out of place) once that slot's last readers are done
+// with it, then announced to every receiver (piece 0 by the descriptor, the others by an empty
+// message).
+inline Status staged_broadcast_root(const std::vector<PeerPort*>& ports, int rank, const char* send, char* recv,
+                                    size_t bytes, size_t piece, char* area, const RegionRef& region, bool stream) {
+  const size_t pieces = (bytes + piece - 1) / piece;
+  const BufferDescriptor mine{reinterpret_cast<uint64_t>(area), bytes, 0, bytes, piece, region, {}};
+  auto await_all = [&] {
+    for (size_t p = 0; p < ports.size(); ++p)
+      if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(await_done(ports[p]));
+    return Status{};
+  };
+  for (size_t i = 0; i < pieces; ++i) {
+    if (i >= kStagedSlots) DCOMM_RETURN_IF_ERROR(await_all());  // piece i - kStagedSlots read everywhere
+    const size_t at = i * piece, n = std::min(piece, bytes - at);
+    char* slot = area + (i % kStagedSlots) * piece;
+    std::memcpy(slot, send + at, n);
+    if (recv != send) copy_bytes(recv + at, slot, n, stream);
+    DCOMM_RETURN_IF_ERROR(i == 0 ? post_all(ports, rank, &mine, sizeof mine) : post_all(ports, rank, nullptr, 0));
+  }
+  for (size_t i = 0; i < std::min(pieces, kStagedSlots); ++i) DCOMM_RETURN_IF_ERROR(await_all());
+  if (stream) stream_fence();
+  return {};
+}
+
+// A receiver's side: each piece, once announced, is copied out of the root's staging block
+// (mapped here) and acknowledged.
+inline Status staged_broadcast_receive(PeerPort* from_root, const BufferDescriptor& source, char* recv, size_t bytes,
+                                       bool stream) {
+  const size_t piece = source.piece;
+  for (size_t at = 0, i = 0; at < bytes; at += piece, ++i) {
+    if (i > 0) DCOMM_RETURN_IF_ERROR(await_done(from_root));  // the root's "piece i is there"
+    const size_t n = std::min(piece, bytes - at);
+    const uint64_t from = source.address + (i % kStagedSlots) * piece;
+    if (const char* v = from_root->memory().view(source.input_region, from, n)) copy_bytes(recv + at, v, n, stream);
+    else DCOMM_RETURN_IF_ERROR(from_root->read_memory(recv + at, from, n));
+    if (stream) stream_fence();
+    DCOMM_RETURN_IF_ERROR(from_root->post(nullptr, 0));
+  }
+  return {};
+}
+}  // namespace detail
+
 // Every rank copies the root's buffer. In place the root has nothing else to do, so it writes
 // the tail into the receivers while they read the head: each receiver reads (n-1)/n and the
 // root writes 1/n into each, which balances the root's n-1 writes against one read. That costs
@@ -154,10 +224,26 @@ inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int ra
 // 32 KiB 2.20-2.28 against 1.96-2.03). Out of place the root's own copy already takes as long
 // as a receiver's read, so it does not help. The root decides and says so in its descriptor.
 // Each side then says it is done and waits for the other.
+//
+// With a `staging` block (the root's, passed where ranks outnumber the cores), a root whose
+// buffer is not from mem_alloc copies it through that block instead, a piece at a time, and the
+// receivers read each piece with plain loads: one more copy (the root's), but none through the
+// kernel, which pins every page it copies. `stream`: the copies into a large output (the
+// receivers', and the root's out of place) stream past the cache.
 inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int rank, int root, const void* send,
-                                    void* recv, size_t bytes, size_t split_share) {
+                                    void* recv, size_t bytes, size_t split_share, StagingBlock* staging = nullptr,
+                                    bool stream = false) {
   const int size = static_cast<int>(ports.size());
   if (rank == root) {
+    if (staging && bytes && local_region(send, bytes).fd < 0 && detail::any_other_process(ports, rank)) {
+      const size_t piece = detail::staged_piece(bytes);
+      auto area = staging->reserve(detail::kStagedSlots * piece);
+      if (area.ok())
+        return detail::staged_broadcast_root(ports, rank, static_cast<const char*>(send), static_cast<char*>(recv),
+                                             bytes, piece, *area, staging->region(), stream);
+      // No shared memory for it: the receivers read the root's buffer through the kernel.
+      DCOMM_LOG(kWarn, kSubsysColl, rank, "broadcast not staged: ", area.status().message());
+    }
     const size_t share = bytes / static_cast<size_t>(size);
     const size_t split =
         send == recv && share >= split_share ? (share * static_cast<size_t>(size - 1)) & ~size_t{63} : bytes;
@@ -177,6 +263,8 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
   auto source = detail::take_descriptor(from_root, bytes);
   if (!source.ok()) return source.status();
   if (source->split > bytes) return make_error(ErrorCode::kInternal, "broadcast: root sent split ", source->split);
+  if (source->piece)
+    return detail::staged_broadcast_receive(from_root, *source, static_cast<char*>(recv), bytes, stream);
   if (source->split < bytes) {  // the root writes the tail: tell it where
     detail::BufferDescriptor mine = detail::descriptor_of(recv, bytes);
     DCOMM_RETURN_IF_ERROR(from_root->post(&mine, sizeof mine));

@@ -174,13 +174,15 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
   size_t staging_bytes() const { return links_.staging_bytes(); }
   bool aborted() const { return abort_->aborted(); }
   // Collective, between calls: releases the links' own FIFOs (shared-memory files, heap) and the
-  // scratch on every rank (what mem_stats() calls suspendable); calls fail until resume(), which
-  // reconnects the same links. ncclCommSuspend/Resume map onto these.
+  // scratch and the broadcast staging block on every rank (what mem_stats() calls suspendable);
+  // calls fail until resume(), which reconnects the same links. ncclCommSuspend/Resume map onto
+  // these.
   Status suspend() {
     if (suspended_) return make_error(ErrorCode::kUnsupported, "suspend on rank ", rank_, ": already suspended");
     DCOMM_RETURN_IF_ERROR(barrier().with_context("suspend"));  // no peer is still in a call with this rank
     dropped_ = links_.release_own(detail::cat(prefix_, "e", ++epoch_));
     std::vector<char>().swap(scratch_);
+    staging_.release();
     suspended_ = true;
     return {};
   }
@@ -192,7 +194,8 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
   }
   bool suspended() const { return suspended_; }
   MemStats mem_stats() const {
-    return {links_.staging_bytes(false) + scratch_.capacity(), links_.staging_bytes(true), suspended_};
+    return {links_.staging_bytes(false) + scratch_.capacity() + staging_.bytes(), links_.staging_bytes(true),
+            suspended_};
   }
   // Aborts this communicator on every rank: pending and later calls fail with `why`.
   void abort(const std::string& why) { abort_now(detail::cat("rank ", rank_, " called abort(): ", why)); }
@@ -486,10 +489,11 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
     }
     return dispatch_collective(context(), d, forced);
   }
-  DispatchContext context() { return {rank_, facts_, config_, links_, scratch_, choices_}; }
+  DispatchContext context() { return {rank_, facts_, config_, links_, scratch_, choices_, staging_}; }
 
   std::vector<char> scratch_;  // working memory of the schedules over all peers, reused
   ChoiceCache choices_;        // the algorithm chosen for recent call shapes
+  StagingBlock staging_;       // what a broadcast root stages for its peers to map
   int rank_ = 0, size_ = 1;
   int local_rank_ = 0, local_size_ = 0;
   std::string prefix_;

@@ -37,6 +37,7 @@ struct DispatchContext {
   LinkTable& links;
   std::vector<char>& scratch;  // the schedules' working memory, reused call to call
   ChoiceCache& choices;        // the choices of recent call shapes
+  StagingBlock& staging;       // memory the peers map, for a broadcast root's staged pieces
 
   int size() const { return facts.size(); }
 };
@@ -83,8 +84,14 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
     return true;
   }
   if (d.kind == OpKind::kBroadcast) {
-    DCOMM_RETURN_IF_ERROR(
-        single_copy_broadcast(links.all(), c.rank, d.root, d.send, d.recv, d.count * eb, c.config.cma_bytes));
+    // Staged where the ranks outnumber the cores over kMaxTunedLoad times: 8 processes on 2
+    // cores, 0.55-0.82x the time of reading the root's buffer through the kernel at 128 KiB-8 MiB,
+    // where 2 processes took 1.3-4x and 4 either (docs/benchmarking.md, "Figures behind the
+    // comments").
+    const bool staged = c.config.staged_copy == 1 || (c.config.staged_copy < 0 && c.facts.link.load > kMaxTunedLoad);
+    DCOMM_RETURN_IF_ERROR(single_copy_broadcast(links.all(), c.rank, d.root, d.send, d.recv, d.count * eb,
+                                                c.config.cma_bytes, staged ? &c.staging : nullptr,
+                                                shape.output_bytes() >= c.config.stream_bytes));
     return true;
   }
   const bool stream = stream_output(shape, c.config);

@@ -23,9 +23,9 @@
 DCOMM_NAMESPACE_BEGIN
 
 // What a communicator holds (Communicator::mem_stats; ncclCommMemStats maps it): `suspendable`,
-// what suspend() releases (the FIFOs of links made on first use: shared memory, threads, and
-// the scratch); `persistent`, what it keeps (the FIFOs of the links the proxy thread moves:
-// TCP, UCX and verbs, made at start-up with the socket mesh).
+// what suspend() releases (the FIFOs of links made on first use: shared memory, threads; the
+// scratch and the broadcast staging block); `persistent`, what it keeps (the FIFOs of the links
+// the proxy thread moves: TCP, UCX and verbs, made at start-up with the socket mesh).
 struct MemStats {
   size_t suspendable = 0;
   size_t persistent = 0;

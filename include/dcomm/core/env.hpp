@@ -179,6 +179,11 @@ struct Config {
   // through the kernel too (measured on 2 ranks, 2026-12-03: ahead of the ring at 16 MiB, behind
   // it from 24 MiB, all_reduce and reduce_scatter alike).
   size_t cma_out_of_place_bytes = 24u << 20;
+  // DCOMM_STAGED_COPY: a single-copy broadcast whose root buffer is not from dcomm::mem_alloc
+  // goes through a staging block the receivers map (algo/single_copy.hpp): 1 always between
+  // processes, 0 never (they read the root's buffer through the kernel), -1 (auto) where ranks
+  // outnumber the cores over kMaxTunedLoad (2) times.
+  int staged_copy = -1;
   // Set by the host tuning (comm/host_tuning.hpp) at a set-up: a communicator made from this one
   // (split, shrink, grow) takes its rank 0's values and measures nothing, so a recovery waits for
   // no timing.
@@ -215,12 +220,14 @@ struct Config {
     auto cma_root = env_size("DCOMM_CMA_REDUCE_ROOT_BYTES", cma_rs.ok() ? *cma_rs : 0, 0, 1LL << 50);
     auto cma_oop =
         env_size("DCOMM_CMA_OUT_OF_PLACE_BYTES", static_cast<long long>(c.cma_out_of_place_bytes), 0, 1LL << 50);
+    auto staged = env_size("DCOMM_STAGED_COPY", c.staged_copy, -1, 1);
     auto per_host = env_size("DCOMM_TEST_RANKS_PER_HOST", 0, 0, 1 << 20);
     auto cyclic = env_size("DCOMM_TEST_CYCLIC_HOSTS", 0, 0, 1 << 20);
-    for (const Status& s : {timeout.status(), slot.status(), slots.status(), small_slots.status(), socks.status(),
-                            spin.status(), proxy_spin.status(), zero_copy.status(), rendezvous.status(),
-                            stream.status(), direct.status(), staging.status(), cma.status(), cma_reduce.status(),
-                            cma_rs.status(), cma_root.status(), cma_oop.status(), per_host.status(), cyclic.status()})
+    for (const Status& s :
+         {timeout.status(),  slot.status(),       slots.status(),     small_slots.status(), socks.status(),
+          spin.status(),     proxy_spin.status(), zero_copy.status(), rendezvous.status(),  stream.status(),
+          direct.status(),   staging.status(),    cma.status(),       cma_reduce.status(),  cma_rs.status(),
+          cma_root.status(), cma_oop.status(),    staged.status(),    per_host.status(),    cyclic.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -240,6 +247,7 @@ struct Config {
     c.cma_reduce_scatter_bytes = static_cast<size_t>(*cma_rs);
     c.cma_reduce_root_bytes = static_cast<size_t>(*cma_root);
     c.cma_out_of_place_bytes = static_cast<size_t>(*cma_oop);
+    c.staged_copy = static_cast<int>(*staged);
     c.test_ranks_per_host = static_cast<int>(*per_host);
     c.test_cyclic_hosts = static_cast<int>(*cyclic);
     std::string t = env_or("DCOMM_TRANSPORT", "auto");

@@ -21,6 +21,42 @@ DCOMM_NAMESPACE_BEGIN
 // a peer passes back to view() to reach them through a mapping. Empty (fd < 0) otherwise.
 inline RegionRef local_region(const void* p, size_t bytes) { return detail::RegionRegistry::instance().find(p, bytes); }
 
+// A block of this rank's memory that its peers on the host map (dcomm::mem_alloc): where a
+// single-copy collective stages a buffer that is not itself from mem_alloc, so the peers read it
+// with plain loads instead of through the kernel. Grown on demand; freed with its owner.
+class StagingBlock {
+ public:
+  StagingBlock() = default;
+  StagingBlock(const StagingBlock&) = delete;
+  StagingBlock& operator=(const StagingBlock&) = delete;
+  ~StagingBlock() { release(); }
+
+  // At least `bytes` of the block (its contents are not kept when it grows).
+  Result<char*> reserve(size_t bytes) {
+    if (bytes <= bytes_) return base_;
+    release();
+    auto p = mem_alloc(bytes);
+    if (!p.ok()) return p.status();
+    base_ = static_cast<char*>(*p);
+    bytes_ = bytes;
+    region_ = local_region(base_, bytes_);
+    return base_;
+  }
+  const RegionRef& region() const { return region_; }
+  size_t bytes() const { return bytes_; }
+  void release() {
+    if (base_) (void)mem_free(base_);
+    base_ = nullptr;
+    bytes_ = 0;
+    region_ = {};
+  }
+
+ private:
+  char* base_ = nullptr;
+  size_t bytes_ = 0;
+  RegionRef region_;
+};
+
 class PeerMemory {
  public:
   // same_process: the peer is a thread of this process (its addresses are ours).
@@ -35,6 +71,8 @@ class PeerMemory {
     if (!regions_) regions_ = std::make_unique<RemoteRegions>(info_->pid);
     return regions_->translate(region, remote, bytes);
   }
+
+  bool same_process() const { return same_process_; }
 
   // Copies `bytes` from address `src` in the peer's memory (single-copy paths; only used when
   // the communicator found cross-memory attach working between every pair): by plain loads
