@@ -158,6 +158,10 @@ namespace detail {
 inline constexpr size_t kStagedSlots = 2;
 inline constexpr size_t kStagedPieceMax = size_t{4} << 20;
 
+// From here a staged broadcast runs in eighths: the root's first copy, which no receiver
+// overlaps, is an eighth of its time.
+inline constexpr size_t kStagedEighthsFrom = 8 * kTileBytes;
+
 inline size_t staged_piece(size_t bytes) {
   const size_t eighth = (bytes / 8 + 63) & ~size_t{63};
   return std::min(bytes, std::clamp(eighth, kTileBytes, kStagedPieceMax));
@@ -171,9 +175,9 @@ inline bool any_other_process(const std::vector<PeerPort*>& ports, int rank) {
 }
 
 // The root's side, through `area` (kStagedSlots pieces of the root's staging block): each
-// piece is copied there (and into recv, out of place) once that slot's last readers are done
-// with it, then announced to every receiver (piece 0 by the descriptor, the others by an empty
-// message).
+// piece is copied there once that slot's last readers are done with it, then announced to every
+// receiver (piece 0 by the descriptor, the others by an empty message); out of place the root
+// then copies it into its own recv while they read.
 inline Status staged_broadcast_root(const std::vector<PeerPort*>& ports, int rank, const char* send, char* recv,
                                     size_t bytes, size_t piece, char* area, const RegionRef& region, bool stream) {
   const size_t pieces = (bytes + piece - 1) / piece;
@@ -188,8 +192,8 @@ inline Status staged_broadcast_root(const std::vector<PeerPort*>& ports, int ran
     const size_t at = i * piece, n = std::min(piece, bytes - at);
     char* slot = area + (i % kStagedSlots) * piece;
     std::memcpy(slot, send + at, n);
-    if (recv != send) copy_bytes(recv + at, slot, n, stream);
     DCOMM_RETURN_IF_ERROR(i == 0 ? post_all(ports, rank, &mine, sizeof mine) : post_all(ports, rank, nullptr, 0));
+    if (recv != send) copy_bytes(recv + at, slot, n, stream);  // while the receivers read it
   }
   for (size_t i = 0; i < std::min(pieces, kStagedSlots); ++i) DCOMM_RETURN_IF_ERROR(await_all());
   if (stream) stream_fence();

@@ -84,11 +84,15 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
     return true;
   }
   if (d.kind == OpKind::kBroadcast) {
-    // Staged where the ranks outnumber the cores over kMaxTunedLoad times: 8 processes on 2
-    // cores, 0.55-0.82x the time of reading the root's buffer through the kernel at 128 KiB-8 MiB,
-    // where 2 processes took 1.3-4x and 4 either (docs/benchmarking.md, "Figures behind the
-    // comments").
-    const bool staged = c.config.staged_copy == 1 || (c.config.staged_copy < 0 && c.facts.link.load > kMaxTunedLoad);
+    // Staged where the ranks outnumber the cores over kMaxTunedLoad times (8 processes on 2
+    // cores: 0.55-0.82x the time of reading the root's buffer through the kernel at 128 KiB-
+    // 8 MiB), and with more ranks than cores in place from where it runs in eighths (4 processes
+    // on 2 cores: 0.73-0.87x from 2 MiB; either way below, and out of place). 2 processes took
+    // 1.3-4x. Figures: docs/benchmarking.md, "Figures behind the comments".
+    const double load = c.facts.link.load;
+    const bool staged = c.config.staged_copy == 1 ||
+                        (c.config.staged_copy < 0 &&
+                         (load > kMaxTunedLoad || (load > 1 && shape.in_place && shape.bytes() >= kStagedEighthsFrom)));
     DCOMM_RETURN_IF_ERROR(single_copy_broadcast(links.all(), c.rank, d.root, d.send, d.recv, d.count * eb,
                                                 c.config.cma_bytes, staged ? &c.staging : nullptr,
                                                 shape.output_bytes() >= c.config.stream_bytes));
