@@ -87,7 +87,7 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
     // Staged where the ranks outnumber the cores over kMaxTunedLoad times (8 processes on 2
     // cores: 0.55-0.82x the time of reading the root's buffer through the kernel at 128 KiB-
     // 8 MiB), and with more ranks than cores in place from where it runs in eighths (4 processes
-    // on 2 cores: 0.73-0.87x from 2 MiB; either way below, and out of place). 2 processes took
+    // on 2 cores: 0.67-0.97x from 2 MiB; either way below, and out of place). 2 processes took
     // 1.3-4x. Figures: docs/benchmarking.md, "Figures behind the comments".
     const double load = c.facts.link.load;
     const bool staged = c.config.staged_copy == 1 ||
