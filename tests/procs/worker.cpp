@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "broadcast_pieces") {
-    const size_t tile = 256 * 1024 / sizeof(float);  // algo/single_copy.hpp's kTileBytes, in floats
+    const size_t tile = dcomm::detail::kTileBytes / sizeof(float);  // in floats
     int wrong = 0;
     for (size_t count : {size_t{1}, tile - 1, tile, tile + 1, 2 * tile, 3 * tile + 1, 8 * tile + 17, 128 * tile + 1})
       for (int root = 0; root < c.size(); ++root) {

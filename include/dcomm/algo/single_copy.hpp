@@ -95,14 +95,19 @@ inline Result<std::vector<BufferDescriptor>> swap_descriptors(const std::vector<
   return theirs;
 }
 
+// Waits for an empty message ("done") from every peer.
+inline Status await_all_done(const std::vector<PeerPort*>& ports, int rank) {
+  for (size_t p = 0; p < ports.size(); ++p)
+    if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(await_done(ports[p]));
+  return {};
+}
+
 // Tells every peer this rank is done with their buffers (after the streamed stores into them
 // are visible), and waits until they are with ours.
 inline Status finish(const std::vector<PeerPort*>& ports, int rank) {
   stream_fence();
   DCOMM_RETURN_IF_ERROR(post_all(ports, rank, nullptr, 0));
-  for (size_t p = 0; p < ports.size(); ++p)
-    if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(await_done(ports[p]));
-  return {};
+  return await_all_done(ports, rank);
 }
 
 inline constexpr size_t kTileBytes = size_t{256} * 1024;
@@ -182,20 +187,15 @@ inline Status staged_broadcast_root(const std::vector<PeerPort*>& ports, int ran
                                     size_t bytes, size_t piece, char* area, const RegionRef& region, bool stream) {
   const size_t pieces = (bytes + piece - 1) / piece;
   const BufferDescriptor mine{reinterpret_cast<uint64_t>(area), bytes, 0, bytes, piece, region, {}};
-  auto await_all = [&] {
-    for (size_t p = 0; p < ports.size(); ++p)
-      if (static_cast<int>(p) != rank) DCOMM_RETURN_IF_ERROR(await_done(ports[p]));
-    return Status{};
-  };
   for (size_t i = 0; i < pieces; ++i) {
-    if (i >= kStagedSlots) DCOMM_RETURN_IF_ERROR(await_all());  // piece i - kStagedSlots read everywhere
+    if (i >= kStagedSlots) DCOMM_RETURN_IF_ERROR(await_all_done(ports, rank));  // piece i - kStagedSlots read
     const size_t at = i * piece, n = std::min(piece, bytes - at);
     char* slot = area + (i % kStagedSlots) * piece;
     std::memcpy(slot, send + at, n);
     DCOMM_RETURN_IF_ERROR(i == 0 ? post_all(ports, rank, &mine, sizeof mine) : post_all(ports, rank, nullptr, 0));
     if (recv != send) copy_bytes(recv + at, slot, n, stream);  // while the receivers read it
   }
-  for (size_t i = 0; i < std::min(pieces, kStagedSlots); ++i) DCOMM_RETURN_IF_ERROR(await_all());
+  for (size_t i = 0; i < std::min(pieces, kStagedSlots); ++i) DCOMM_RETURN_IF_ERROR(await_all_done(ports, rank));
   if (stream) stream_fence();
   return {};
 }
@@ -211,9 +211,9 @@ inline Status staged_broadcast_receive(PeerPort* from_root, const BufferDescript
     const uint64_t from = source.address + (i % kStagedSlots) * piece;
     if (const char* v = from_root->memory().view(source.input_region, from, n)) copy_bytes(recv + at, v, n, stream);
     else DCOMM_RETURN_IF_ERROR(from_root->read_memory(recv + at, from, n));
-    if (stream) stream_fence();
     DCOMM_RETURN_IF_ERROR(from_root->post(nullptr, 0));
   }
+  if (stream) stream_fence();  // the streamed output, before the caller hands it on
   return {};
 }
 }  // namespace detail
