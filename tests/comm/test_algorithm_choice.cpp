@@ -83,10 +83,15 @@ TEST_CASE("out-of-place single copy through the kernel: up to 2 ranks a core, be
     CHECK(pick(k, (256 << 10) - 64, 4, 2) != Algorithm::kSingleCopy);
     CHECK(pick(k, cap4 - 64, 4, 2) == Algorithm::kSingleCopy);
     CHECK(pick(k, cap4, 4, 2) == Algorithm::kSingleCopyIfRegistered);
-    CHECK(pick(k, cap4 - 64, 4, 1) == Algorithm::kSingleCopy);            // 4 ranks on 4 cores: the same cap
-    CHECK(pick(k, 1 << 20, 8, 4) == Algorithm::kSingleCopyIfRegistered);  // 8 ranks on 2 cores
-    CHECK(pick(k, 1 << 20, 6, 3) == Algorithm::kSingleCopyIfRegistered);
+    CHECK(pick(k, cap4 - 64, 4, 1) == Algorithm::kSingleCopy);  // 4 ranks on 4 cores: the same cap
   }
+  // Over 2 ranks a core all_reduce learns from the descriptors whether to map or stage; a
+  // reduce takes the chain at once.
+  CHECK(pick(OpKind::kAllReduce, 1 << 20, 8, 4) == Algorithm::kSingleCopyIfRegistered);  // 8 ranks on 2 cores
+  CHECK(pick(OpKind::kAllReduce, 1 << 20, 6, 3) == Algorithm::kSingleCopyIfRegistered);
+  CHECK(pick(OpKind::kReduce, 1 << 20, 8, 4) == Algorithm::kRing);
+  CHECK(pick(OpKind::kReduce, 1 << 20, 6, 3) == Algorithm::kRing);
+  CHECK(pick(OpKind::kReduce, (256 << 10) - 64, 8, 4) != Algorithm::kRing);  // below the threshold: the cost model's
   CHECK(pick(OpKind::kAllReduce, 1 << 20, 8, 4, true) == Algorithm::kSingleCopy);  // in place it stays ahead
 }
 

@@ -84,19 +84,32 @@ TEST_CASE("matrix, processes over shared memory with the single-copy paths from 
   }
 }
 
-// A single-copy broadcast staged through the root's mapped block (DCOMM_STAGED_COPY=1; by
-// default only over 2 ranks a core), its receivers' copies streamed or not: exact either side of
-// each piece boundary (worker.cpp, broadcast_pieces); the matrix's small counts take one piece.
-TEST_CASE("broadcast staged through the root's mapped block, either side of its piece boundaries") {
+namespace {
+// A worker mode run staged (DCOMM_STAGED_COPY=1; by default only over 2 ranks a core) on 2, 3
+// and 5 processes, with `algo` forced, its copies out of the blocks streamed or not; then the
+// matrix at 3 with `matrix_env` added, whose counts from 1 KiB take one piece.
+void check_staged(const char* mode, const char* algo, const std::vector<std::string>& matrix_env) {
   for (const char* stream : {"DCOMM_STREAM_BYTES=2K", "DCOMM_STREAM_BYTES=1G"})
     for (int size : {2, 3, 5}) {
       CAPTURE(stream);
       CAPTURE(size);
-      const std::vector<std::string> env = {"DCOMM_STAGED_COPY=1", "DCOMM_ALGO=broadcast:single_copy", stream,
-                                            "DCOMM_TIMEOUT_MS=60000"};
-      check_all_exit(run_local({"broadcast_pieces"}, size, env), 0);
+      check_all_exit(run_local({mode}, size, {"DCOMM_STAGED_COPY=1", algo, stream, "DCOMM_TIMEOUT_MS=60000"}), 0);
     }
-  check_all_exit(run_local({"matrix"}, 3, with(kSmall, {"DCOMM_STAGED_COPY=1", "DCOMM_CMA_BYTES=1K"})), 0);
+  check_all_exit(run_local({"matrix"}, 3, with(with(kSmall, {"DCOMM_STAGED_COPY=1"}), matrix_env)), 0);
+}
+}  // namespace
+
+// A single-copy broadcast staged through the root's mapped block: exact either side of each
+// piece boundary (worker.cpp, broadcast_pieces).
+TEST_CASE("broadcast staged through the root's mapped block, either side of its piece boundaries") {
+  check_staged("broadcast_pieces", "DCOMM_ALGO=broadcast:single_copy", {"DCOMM_CMA_BYTES=1K"});
+}
+
+// all_reduce's finished chunks staged through every rank's mapped block: exact either side of
+// each piece boundary (worker.cpp, all_reduce_pieces).
+TEST_CASE("all_reduce staged through the ranks' mapped blocks, either side of its piece boundaries") {
+  check_staged("all_reduce_pieces", "DCOMM_ALGO=all_reduce:single_copy",
+               {"DCOMM_CMA_BYTES=1K", "DCOMM_CMA_REDUCE_BYTES=1K"});
 }
 
 TEST_CASE("matrix, processes with buffers from mem_alloc: peers map them (all ranks, or even ranks only)") {

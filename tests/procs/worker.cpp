@@ -18,6 +18,9 @@
 //   broadcast_pieces  broadcasts either side of where a staged one (algo/single_copy.hpp) takes
 //                   a second piece, a third (a slot used again), an eighth over a tile, and the
 //                   4 MiB cap; in place and out of place, every root; exit 0 when all are exact
+//   all_reduce_pieces  all_reduces (sum and max) either side of where a staged one takes a
+//                   second piece (a tile a rank), a third (a slot used again), and with fewer
+//                   elements than ranks; in place and out of place; exit 0 when all are exact
 // Output: one line per failure, then "rank R: ..." summaries.
 #include <chrono>
 #include <thread>
@@ -128,6 +131,35 @@ int main(int argc, char** argv) {
           }
         }
       }
+    return wrong ? 1 : 0;
+  }
+  if (mode == "all_reduce_pieces") {
+    const size_t piece = dcomm::detail::kTileBytes / sizeof(float) * static_cast<size_t>(c.size());  // in floats
+    int wrong = 0;
+    for (size_t count : {size_t{1}, static_cast<size_t>(c.size()) - 1, static_cast<size_t>(c.size()) + 1, piece - 1,
+                         piece, piece + 1, 2 * piece + 1, 3 * piece + 17})
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax})
+        for (bool in_place : {true, false}) {
+          if (count == 0) continue;
+          auto term = [&](size_t i, int r) { return static_cast<float>((i * 7 + static_cast<size_t>(r) * 13) % 4093); };
+          std::vector<float> send(count), recv(count, -1.0f);
+          for (size_t i = 0; i < count; ++i) send[i] = term(i, c.rank());
+          float* out = in_place ? send.data() : recv.data();
+          Status s = c.all_reduce(send.data(), out, count, DataType::kFloat32, op);
+          size_t bad = 0;
+          for (size_t i = 0; i < count; ++i) {
+            float want = term(i, 0);
+            for (int r = 1; r < c.size(); ++r)
+              want = op == ReduceOp::kSum ? want + term(i, r) : std::max(want, term(i, r));
+            bad += out[i] != want;
+          }
+          if (!s.ok() || bad) {
+            report("rank %d all_reduce_pieces: %zu floats, %s%s: %s (%zu wrong)\n", c.rank(), count,
+                   op == ReduceOp::kSum ? "sum" : "max", in_place ? " in place" : "",
+                   s.ok() ? "wrong data" : s.message().c_str(), bad);
+            ++wrong;
+          }
+        }
     return wrong ? 1 : 0;
   }
   if (mode == "quick") {

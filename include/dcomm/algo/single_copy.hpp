@@ -39,8 +39,10 @@ struct BufferDescriptor {
   uint64_t bytes;
   uint64_t output = 0;                    // all_reduce, all_gather: where peers write their results
   uint64_t split = 0;                     // broadcast: where the receivers stop reading (the root writes the rest)
-  uint64_t piece = 0;                     // broadcast: staged, in pieces of this many bytes (0: read in place)
+  uint64_t piece = 0;                     // staged, in pieces of this many bytes (0: not staged)
   RegionRef input_region, output_region;  // set when the buffer is in a dcomm::mem_alloc block
+  uint64_t stage = 0;                     // all_reduce, reduce: this rank's staging block, where piece > 0
+  RegionRef stage_region;
 };
 
 // This rank's buffers as its peers need them: `in` of `bytes` and `out` of `out_bytes`.
@@ -52,7 +54,9 @@ inline BufferDescriptor descriptor_of(const void* in, size_t bytes, const void* 
           split,
           0,
           local_region(in, bytes),
-          out ? local_region(out, out_bytes) : RegionRef{}};
+          out ? local_region(out, out_bytes) : RegionRef{},
+          0,
+          {}};
 }
 
 // Receives a peer's descriptor (its buffers' addresses), checking the size it offers.
@@ -186,7 +190,7 @@ inline bool any_other_process(const std::vector<PeerPort*>& ports, int rank) {
 inline Status staged_broadcast_root(const std::vector<PeerPort*>& ports, int rank, const char* send, char* recv,
                                     size_t bytes, size_t piece, char* area, const RegionRef& region, bool stream) {
   const size_t pieces = (bytes + piece - 1) / piece;
-  const BufferDescriptor mine{reinterpret_cast<uint64_t>(area), bytes, 0, bytes, piece, region, {}};
+  const BufferDescriptor mine{reinterpret_cast<uint64_t>(area), bytes, 0, bytes, piece, region, {}, 0, {}};
   for (size_t i = 0; i < pieces; ++i) {
     if (i >= kStagedSlots) DCOMM_RETURN_IF_ERROR(await_all_done(ports, rank));  // piece i - kStagedSlots read
     const size_t at = i * piece, n = std::min(piece, bytes - at);
@@ -366,6 +370,50 @@ inline Result<bool> single_copy_reduce_scatter(const std::vector<PeerPort*>& por
   return true;
 }
 
+namespace detail {
+// A staged all_reduce, a piece of size x kTileBytes at a time (a tile a rank). For piece i, rank
+// r folds chunk r of the piece from every rank's input (as fold_chunk reads them: through the
+// kernel, or mapped) into slot i % kStagedSlots of its staging block (`stage` in the
+// descriptors, which every peer maps) and says so to every peer; once all have, each rank copies
+// the piece out of the blocks, chunk q from rank q's, with plain loads. So the finished chunks
+// are read where they lie instead of written into each peer's output through the kernel (which
+// pins every page and reads each line of a cold output first). A rank's "piece i is folded"
+// also says it is done copying piece i - 1 out, so the slot of piece i - kStagedSlots is free.
+// In place, a rank copies piece i out only once every rank has folded it from its input.
+// `peers[rank]` is this rank's own descriptor.
+inline Status staged_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
+                                const std::vector<BufferDescriptor>& peers, const char* send, char* recv, size_t count,
+                                bool stream) {
+  const int size = static_cast<int>(ports.size());
+  const size_t eb = r.elem_bytes, slot_bytes = peers[static_cast<size_t>(rank)].piece;
+  const size_t per_piece = slot_bytes / eb * static_cast<size_t>(size);
+  std::vector<BufferDescriptor> inputs(peers);  // shifted to this rank's chunk of the piece
+  for (size_t i = 0, at = 0; at < count; ++i, at += per_piece) {
+    const ChunkedBuffer chunks{std::min(per_piece, count - at), size};
+    const size_t in_slot = (i % kStagedSlots) * slot_bytes;
+    const size_t shift = (at + chunks.off(rank)) * eb;
+    for (size_t p = 0; p < peers.size(); ++p) inputs[p].address = peers[p].address + shift;
+    char* slot = reinterpret_cast<char*>(peers[static_cast<size_t>(rank)].stage) + in_slot;
+    DCOMM_RETURN_IF_ERROR(fold_chunk(ports, rank, r, inputs, send + shift, slot, 0,
+                                     chunks.off(rank + 1) - chunks.off(rank), kPushNone, false));
+    DCOMM_RETURN_IF_ERROR(post_all(ports, rank, nullptr, 0));  // chunk `rank` of piece i is folded
+    DCOMM_RETURN_IF_ERROR(await_all_done(ports, rank));
+    for (int k = 0; k < size; ++k) {  // from this rank's own chunk, in ring order
+      const int q = (rank + k) % size;
+      PeerPort* port = ports[static_cast<size_t>(q)];
+      const BufferDescriptor& d = peers[static_cast<size_t>(q)];
+      const size_t len = (chunks.off(q + 1) - chunks.off(q)) * eb;
+      char* to = recv + (at + chunks.off(q)) * eb;
+      if (const char* v = q == rank ? slot : port->memory().view(d.stage_region, d.stage + in_slot, len))
+        copy_bytes(to, v, len, stream);
+      else DCOMM_RETURN_IF_ERROR(port->read_memory(to, d.stage + in_slot, len));
+    }
+  }
+  // Nobody reads this rank's block or input once this returns (the next call may write them).
+  return finish(ports, rank);
+}
+}  // namespace detail
+
 // Reduce-scatter and all-gather in one pass: each rank folds its chunk from every input and
 // pushes each finished tile into every output; with a `root` (>= 0: reduce), into the root's
 // only, and only the root's recv is written. With `only_if_registered`, it runs only when every
@@ -373,19 +421,40 @@ inline Result<bool> single_copy_reduce_scatter(const std::vector<PeerPort*>& por
 // lines first); otherwise it returns false having moved no data, and every rank knows it alike
 // from the descriptors, so all fall back to another algorithm together. `stream`: recv is
 // written with streaming stores (a large output, stream_output()).
+//
+// With a `staging` block (all_reduce only; dispatch passes it where ranks outnumber the cores),
+// where not every output is from mem_alloc, the finished chunks go through the ranks' blocks
+// instead (staged_all_reduce), if every rank could reserve one: each says so in its
+// descriptor (`piece`), so all decide alike.
 inline Result<bool> single_copy_all_reduce(const std::vector<PeerPort*>& ports, int rank, const Reducer& r,
                                            const void* send, void* recv, size_t count, bool only_if_registered = false,
-                                           int root = detail::kPushAll, bool stream = false) {
+                                           int root = detail::kPushAll, bool stream = false,
+                                           StagingBlock* staging = nullptr) {
   const int size = static_cast<int>(ports.size());
   const size_t eb = r.elem_bytes;
   const ChunkedBuffer chunks{count, size};
   const bool keeps = root == detail::kPushAll || rank == root;  // this rank's recv is written
-  const auto mine = detail::descriptor_of(send, count * eb, keeps ? recv : nullptr, keeps ? count * eb : 0);
+  auto mine = detail::descriptor_of(send, count * eb, keeps ? recv : nullptr, keeps ? count * eb : 0);
+  if (staging && root == detail::kPushAll && count && detail::any_other_process(ports, rank)) {
+    const size_t slot = std::min(detail::kTileBytes, chunks.off(1) * eb);  // a rank's chunk of a piece
+    auto area = staging->reserve(detail::kStagedSlots * slot);
+    if (area.ok())
+      mine.piece = slot, mine.stage = reinterpret_cast<uint64_t>(*area), mine.stage_region = staging->region();
+    else DCOMM_LOG(kWarn, kSubsysColl, rank, "all_reduce not staged: ", area.status().message());
+  }
   auto peers = detail::swap_descriptors(ports, rank, mine);
   if (!peers.ok()) return peers.status();
   const bool registered = root == detail::kPushAll
                               ? detail::all_registered(*peers, mine, rank, &detail::BufferDescriptor::output_region)
                               : (rank == root ? mine : (*peers)[static_cast<size_t>(root)]).output_region.fd >= 0;
+  (*peers)[static_cast<size_t>(rank)] = mine;
+  bool staged = !registered && mine.piece > 0;
+  for (const auto& d : *peers) staged &= d.piece == mine.piece;
+  if (staged) {
+    DCOMM_RETURN_IF_ERROR(detail::staged_all_reduce(ports, rank, r, *peers, static_cast<const char*>(send),
+                                                    static_cast<char*>(recv), count, stream));
+    return true;
+  }
   if (only_if_registered && !registered) return false;
   const size_t first = chunks.off(rank), n = chunks.off(rank + 1) - first;
   DCOMM_RETURN_IF_ERROR(detail::fold_chunk(ports, rank, r, *peers, static_cast<const char*>(send),

@@ -128,18 +128,25 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
         // to them. Over kMaxTunedLoad ranks a core, single copy through the kernel was slower
         // than the ring out of place at every size measured (8 ranks on 2 cores; up to 2 a core
         // it is ahead where the host tuning finds it: docs/benchmarking.md, "Figures behind
-        // the comments"): only buffers from mem_alloc take it there.
+        // the comments"): only buffers from mem_alloc take it there (all_reduce's staged
+        // through the ranks' blocks otherwise: dispatch.hpp). A reduce there takes the chain:
+        // the descriptors single copy swaps first, to learn whether every buffer is from
+        // mem_alloc, cost more than the ring it then ran (8 processes, 1-16 MiB: the chain
+        // alone 0.65-0.88x the time).
         if (const size_t from = c.kind == OpKind::kAllReduce       ? config.cma_reduce_bytes
                                 : c.kind == OpKind::kReduceScatter ? config.cma_reduce_scatter_bytes
                                                                    : config.cma_reduce_root_bytes;
-            from && bytes >= from)
+            from && bytes >= from) {
+          const bool over = link.load > kMaxTunedLoad;
+          if (c.kind == OpKind::kReduce && over) return {Algorithm::kRing, "measured"};
           // (a reduce counts as out of place: only its root's recv is given, so the ranks
           // could see in place differently)
           return {(c.in_place && c.kind != OpKind::kReduce) ||
-                          (bytes < out_of_place_through_kernel(config, c.ranks) && link.load <= kMaxTunedLoad)
+                          (bytes < out_of_place_through_kernel(config, c.ranks) && !over)
                       ? Algorithm::kSingleCopy
                       : Algorithm::kSingleCopyIfRegistered,
                   "measured"};
+        }
         break;
       default: break;
     }

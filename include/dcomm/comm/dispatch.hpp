@@ -102,8 +102,17 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
   if (d.kind == OpKind::kReduceScatter)
     return single_copy_reduce_scatter(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered,
                                       stream);
+  // all_reduce's finished chunks staged out of place where the ranks outnumber the cores over
+  // kMaxTunedLoad times (8 processes on 2 cores, 1-4 MiB: 0.71-0.81x the ring's time, which ran
+  // there when not every output is from mem_alloc; as fast at 16 MiB). In place, single copy
+  // through the kernel was ahead of it. Figures: docs/benchmarking.md, "Figures behind the
+  // comments".
+  const bool staged =
+      d.kind == OpKind::kAllReduce &&
+      (c.config.staged_copy == 1 || (c.config.staged_copy < 0 && c.facts.link.load > kMaxTunedLoad && !shape.in_place));
   return single_copy_all_reduce(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered,
-                                d.kind == OpKind::kReduce ? d.root : detail::kPushAll, stream);
+                                d.kind == OpKind::kReduce ? d.root : detail::kPushAll, stream,
+                                staged ? &c.staging : nullptr);
 }
 
 // The schedules and trees over all peers (algo/on_ports.hpp), in the ring order.
