@@ -103,9 +103,9 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
     return single_copy_reduce_scatter(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered,
                                       stream);
   // all_reduce's finished chunks staged out of place where the ranks outnumber the cores over
-  // kMaxTunedLoad times (8 processes on 2 cores, 1-4 MiB: 0.71-0.81x the ring's time, which ran
-  // there when not every output is from mem_alloc; as fast at 16 MiB). In place, single copy
-  // through the kernel was ahead of it. Figures: docs/benchmarking.md, "Figures behind the
+  // kMaxTunedLoad times (8 processes on 2 cores, 1-4 MiB: 0.66-0.83x the time of the ring, which
+  // ran there when not every output is from mem_alloc; 0.99-1.10 from 8 MiB). In place, single
+  // copy through the kernel was ahead of it. Figures: docs/benchmarking.md, "Figures behind the
   // comments".
   const bool staged =
       d.kind == OpKind::kAllReduce &&
