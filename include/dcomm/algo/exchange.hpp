@@ -38,30 +38,39 @@ struct BlockMove {
   int block;
 };
 
-// The moves of rank `rank` of `size`. All-to-all goes round the ranks from this one (to rank+k,
-// from rank-k), so that the ranks do not all start with rank 0.
-inline std::vector<BlockMove> exchange_moves(Exchange what, int rank, int size, int root) {
-  std::vector<BlockMove> moves;
-  moves.reserve(2 * static_cast<size_t>(size));
+// The moves of rank `rank` of `size`, each passed to `f` in turn until it returns false. All-to-
+// all goes round the ranks from this one (to rank+k, from rank-k), so that the ranks do not all
+// start with rank 0.
+template <class F>
+void for_each_move(Exchange what, int rank, int size, int root, F&& f) {
   switch (what) {
     case Exchange::kGather:
-      moves.push_back({true, root, 0});
-      if (rank == root)
-        for (int r = 0; r < size; ++r) moves.push_back({false, r, r});
+      if (!f(BlockMove{true, root, 0})) return;
+      for (int r = 0; rank == root && r < size; ++r)
+        if (!f(BlockMove{false, r, r})) return;
       break;
     case Exchange::kScatter:
-      if (rank == root)
-        for (int r = 0; r < size; ++r) moves.push_back({true, r, r});
-      moves.push_back({false, root, 0});
+      for (int r = 0; rank == root && r < size; ++r)
+        if (!f(BlockMove{true, r, r})) return;
+      f(BlockMove{false, root, 0});
       break;
     case Exchange::kAllToAll:
       for (int k = 0; k < size; ++k) {
         const int to = (rank + k) % size, from = (rank - k + size) % size;
-        moves.push_back({true, to, to});
-        moves.push_back({false, from, from});
+        if (!f(BlockMove{true, to, to}) || !f(BlockMove{false, from, from})) return;
       }
       break;
   }
+}
+
+// The same moves as a list.
+inline std::vector<BlockMove> exchange_moves(Exchange what, int rank, int size, int root) {
+  std::vector<BlockMove> moves;
+  moves.reserve(2 * static_cast<size_t>(size));
+  for_each_move(what, rank, size, root, [&](BlockMove m) {
+    moves.push_back(m);
+    return true;
+  });
   return moves;
 }
 
@@ -80,52 +89,58 @@ inline std::vector<Block> blocks_of(const void* buf, std::span<const size_t> cou
     out.push_back({static_cast<const char*>(buf) + displs[r] * size_of(type), counts[r]});
   return out;
 }
-// `n` equal blocks of `count` elements, one after another.
-inline std::vector<Block> equal_blocks(const void* buf, size_t count, int n, DataType type) {
-  std::vector<Block> out;
-  out.reserve(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) out.push_back({static_cast<const char*>(buf) + r * count * size_of(type), count});
-  return out;
-}
+// `n` equal blocks of `count` elements, one after another, as a side of exchange_ops (a list
+// not made: a small batch's cost was mostly allocations).
+struct EqualBlocks {
+  const char* base;
+  size_t count, stride, n;
+  size_t size() const { return n; }
+  Block operator[](size_t r) const { return {base + r * stride, count}; }
+};
 
 // The batch of sends and receives of this rank's moves over its blocks (`send` and `recv`
-// hold the blocks the moves name: see above). An unknown data type, a block a move needs that is
-// missing, a root out of range, or a receive from itself of another size than its send fails with the operation's
-// name.
-inline Result<std::vector<P2POp>> exchange_ops(Exchange what, int rank, int size, int root, std::span<const Block> send,
-                                               std::span<const Block> recv, DataType type) {
+// hold the blocks the moves name: see above; a span of Blocks, or EqualBlocks). An unknown data
+// type, a block a move needs that is missing, a root out of range, or a receive from itself of
+// another size than its send fails with the operation's name.
+template <class Sends, class Recvs>
+Result<std::vector<P2POp>> exchange_ops(Exchange what, int rank, int size, int root, const Sends& send,
+                                        const Recvs& recv, DataType type) {
   const char* name = exchange_name(what);
   if (!is_valid(type)) return invalid_argument(name, ": unknown data type ", static_cast<int>(type));
   if (what != Exchange::kAllToAll && (root < 0 || root >= size))
-    return invalid_argument(name, ": root ", root, " is out of range for ", size, " ranks");
+    return invalid_argument(name, " on rank ", rank, ": root ", root, " is out of range for ", size, " ranks");
   std::vector<P2POp> ops;
-  const BlockMove* self_send = nullptr;
-  const std::vector<BlockMove> moves = exchange_moves(what, rank, size, root);
-  ops.reserve(moves.size());
-  for (const BlockMove& m : moves) {
-    std::span<const Block> side = m.send ? send : recv;
-    if (static_cast<size_t>(m.block) >= side.size())
-      return invalid_argument(name, " on rank ", rank, ": ", side.size(), " ", m.send ? "send" : "receive",
-                              " block(s) given, block ", m.block, " needed");
-    const Block& b = side[static_cast<size_t>(m.block)];
-    if (m.peer == rank && m.send) {
-      self_send = &m;  // its receive follows: the pair is left out when both are the same memory
-      continue;
+  ops.reserve(what == Exchange::kAllToAll || rank == root ? 2 * static_cast<size_t>(size) : 2);
+  Block self_send{};          // this rank's block to itself: its receive follows, and the pair is left
+  bool self_pending = false;  // out when both are the same memory
+  Status error;
+  for_each_move(what, rank, size, root, [&](BlockMove m) {
+    const size_t have = m.send ? send.size() : recv.size();
+    if (static_cast<size_t>(m.block) >= have) {
+      error = invalid_argument(name, " on rank ", rank, ": ", have, " ", m.send ? "send" : "receive",
+                               " block(s) given, block ", m.block, " needed");
+      return false;
     }
-    if (m.peer == rank && self_send) {
-      const Block& from = send[static_cast<size_t>(self_send->block)];
-      if (from.count != b.count)
-        return invalid_argument(name, " on rank ", rank, ": its own block has ", from.count, " element(s) to send and ",
-                                b.count, " to receive");
-      if (from.at != b.at) {
-        ops.push_back(P2POp::send(from.at, from.count, type, rank));
+    const Block b = m.send ? Block(send[static_cast<size_t>(m.block)]) : Block(recv[static_cast<size_t>(m.block)]);
+    if (m.peer == rank && m.send) {
+      self_send = b, self_pending = true;
+    } else if (m.peer == rank && self_pending) {
+      if (self_send.count != b.count) {
+        error = invalid_argument(name, " on rank ", rank, ": its own block has ", self_send.count,
+                                 " element(s) to send and ", b.count, " to receive");
+        return false;
+      }
+      if (self_send.at != b.at) {
+        ops.push_back(P2POp::send(self_send.at, self_send.count, type, rank));
         ops.push_back(P2POp::recv(const_cast<void*>(b.at), b.count, type, rank));
       }
-      continue;
+    } else {
+      ops.push_back(m.send ? P2POp::send(b.at, b.count, type, m.peer)
+                           : P2POp::recv(const_cast<void*>(b.at), b.count, type, m.peer));
     }
-    ops.push_back(m.send ? P2POp::send(b.at, b.count, type, m.peer)
-                         : P2POp::recv(const_cast<void*>(b.at), b.count, type, m.peer));
-  }
+    return true;
+  });
+  if (!error.ok()) return error;
   return ops;
 }
 
@@ -137,15 +152,11 @@ inline Result<std::vector<P2POp>> equal_exchange_ops(Exchange what, int rank, in
                                                      void* recv, size_t count, DataType type) {
   const bool blocks_sent = what == Exchange::kAllToAll || (what == Exchange::kScatter && rank == root);
   const bool blocks_received = what == Exchange::kAllToAll || (what == Exchange::kGather && rank == root);
-  // The side of one block needs no list of its own: a small batch's cost is mostly allocations.
-  const Block one_sent[1] = {{send, count}}, one_received[1] = {{recv, count}};
-  const std::vector<Block> sent = blocks_sent ? equal_blocks(send, count, size, type) : std::vector<Block>{},
-                           received = blocks_received ? equal_blocks(recv, count, size, type) : std::vector<Block>{};
-  auto side = [](bool blocks, const std::vector<Block>& many, const Block(&one)[1]) {
-    return blocks ? std::span<const Block>(many) : std::span<const Block>(one);
+  auto side = [&](const void* buf, bool blocks) {  // the side of one block: that block, once
+    return EqualBlocks{static_cast<const char*>(buf), count, count * size_of(type),
+                       blocks ? static_cast<size_t>(size) : 1};
   };
-  return exchange_ops(what, rank, size, root, side(blocks_sent, sent, one_sent),
-                      side(blocks_received, received, one_received), type);
+  return exchange_ops(what, rank, size, root, side(send, blocks_sent), side(recv, blocks_received), type);
 }
 
 // The moves as a schedule for the simulator (sim/simulator.hpp, SimCollective's exchanges):

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -36,6 +37,22 @@ struct MessageState {
   bool finished = false, rendezvous = false, by_reference = true, pulled = false;
 };
 
+// Each message's state in a batch; a small batch's in place (its cost was mostly allocations).
+class BatchStates {
+ public:
+  explicit BatchStates(size_t n)
+      : many_(n > kFew ? n : 0), all_(many_.empty() ? std::span(few_).first(n) : std::span<MessageState>(many_)) {}
+  BatchStates(const BatchStates&) = delete;
+  BatchStates& operator=(const BatchStates&) = delete;
+  std::span<MessageState> all() const { return all_; }
+
+ private:
+  static constexpr size_t kFew = 16;
+  std::array<MessageState, kFew> few_{};
+  std::vector<MessageState> many_;
+  std::span<MessageState> all_;
+};
+
 // A send whose buffer a receive of the same batch also writes (an in-place shift: send to the
 // next rank, receive from the previous into the same buffer) is sent from a copy taken first
 // into `staging`, since the receive may land before the whole message has left. Returns the
@@ -44,7 +61,7 @@ struct MessageState {
 // itself counts too: copy_self_messages writes it before anything is sent (an in-place
 // all_to_all_v whose own block moves over a block still to be sent).
 inline std::span<const P2POp> stage_clobbered_sends(std::span<const P2POp> ops, int rank, std::vector<char>& staging,
-                                                    std::vector<P2POp>& own, std::vector<MessageState>& state) {
+                                                    std::vector<P2POp>& own, std::span<MessageState> state) {
   // The span of every receive's bytes: a send outside it (any out-of-place batch) needs no look
   // at each receive, so a wide batch costs one pass, not one per send.
   const char *lo = nullptr, *hi = nullptr;
@@ -107,7 +124,7 @@ inline Status copy_self_messages(std::span<const P2POp> ops, int rank, size_t st
 // A round of run_p2p in which nothing moved: progresses the ports still in use; after the
 // backoff's spins, checks that their peers live, and at the clock's ticks fails the wait at the
 // deadline or diagnoses the stall.
-inline Status wait_on_batch(std::span<const P2POp> ops, const std::vector<MessageState>& state,
+inline Status wait_on_batch(std::span<const P2POp> ops, std::span<const MessageState> state,
                             const std::vector<PeerPort*>& ports, Backoff& backoff, WaitClock& clock,
                             bool message_stamps) {
   auto port_of = [&](const P2POp& op) { return ports[static_cast<size_t>(op.peer)]; };
@@ -230,7 +247,8 @@ inline Result<bool> advance_p2p(const P2POp& op, PeerPort& port, const P2PRoute&
 inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<PeerPort*>& ports, const Config& config,
                       bool message_stamps = false, std::vector<char>* staging = nullptr, size_t pull_bytes = 0) {
   auto port_of = [&](const P2POp& op) { return ports[static_cast<size_t>(op.peer)]; };
-  std::vector<detail::MessageState> state(ops.size());
+  detail::BatchStates states(ops.size());
+  const std::span<detail::MessageState> state = states.all();
   // Large slices go by reference (PeerPort::sends_by_reference), except a send that a receive
   // of this batch overwrites; a user's message (or a step's that P2POp::by_rendezvous marks) from
   // DCOMM_RENDEZVOUS_BYTES over a link that lands payloads goes as one rendezvous into the
@@ -249,7 +267,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   // A failed call leaves no receive landing in the caller's buffers.
   struct Withdraw {
     std::span<const P2POp> ops;
-    const std::vector<detail::MessageState>& state;
+    std::span<const detail::MessageState> state;
     const std::vector<PeerPort*>& ports;
     ~Withdraw() {
       for (size_t i = 0; i < ops.size(); ++i)

@@ -470,9 +470,7 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
   Status dispatch(const OpDesc& d, std::optional<Algorithm> forced) {
     if (abort_->aborted()) return abort_->status();
     if (d.kind == OpKind::kPointToPoint) {
-      std::vector<int> peers(d.p2p.size());
-      for (size_t i = 0; i < peers.size(); ++i) peers[i] = d.p2p[i].peer;
-      DCOMM_RETURN_IF_ERROR(links_.connect(peers));
+      DCOMM_RETURN_IF_ERROR(links_.connect_missing(d.p2p.size(), [&](size_t i) { return d.p2p[i].peer; }));
       DCOMM_LOG(kTrace, kSubsysP2P, rank_, "batch of ", d.p2p.size(), " send/recv");
       begin_call(call_stamp(OpKind::kPointToPoint, DataType::kUint8, ReduceOp::kSum, d.p2p.size(), 0, 0));
       // From DCOMM_CMA_BYTES (scaled as single copy's all_gather where ranks outnumber the

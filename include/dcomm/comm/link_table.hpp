@@ -53,6 +53,7 @@ class LinkTable {
     ctx_ = std::move(c);
     transports_ = std::move(transports);
     ports_.resize(transports_.size());
+    by_rank_.assign(transports_.size(), nullptr);
   }
 
   int size() const { return static_cast<int>(transports_.size()); }
@@ -61,11 +62,7 @@ class LinkTable {
   }
   PeerPort* port(int p) const { return ports_[static_cast<size_t>(p)].get(); }
   // Every port by rank, null where not connected (yet).
-  std::vector<PeerPort*> by_rank() const {
-    std::vector<PeerPort*> ports(ports_.size());
-    for (size_t p = 0; p < ports.size(); ++p) ports[p] = ports_[p].get();
-    return ports;
-  }
+  const std::vector<PeerPort*>& by_rank() const { return by_rank_; }
   // After connect_all: every peer's port by rank, and by position in `order`.
   const std::vector<PeerPort*>& all() const { return all_; }
   const std::vector<PeerPort*>& all_by_position() const { return all_by_position_; }
@@ -87,6 +84,7 @@ class LinkTable {
     for (size_t p = 0; p < ports_.size(); ++p)
       if (ports_[p] && !ports_[p]->connection().proxied()) {
         ports_[p].reset();
+        by_rank_[p] = nullptr;
         dropped.push_back(static_cast<int>(p));
       }
     all_.clear();  // connect_all makes them again
@@ -126,9 +124,22 @@ class LinkTable {
       ports_[static_cast<size_t>(p)] =
           std::make_unique<PeerPort>(std::move(*conn), &peer, ctx_.abort.get(), &config,
                                      peer.process_id == self.process_id, ctx_.call, ctx_.rank, ctx_.directory);
+      by_rank_[static_cast<size_t>(p)] = ports_[static_cast<size_t>(p)].get();
       DCOMM_LOG(kInfo, kSubsysTransport, ctx_.rank, "connected to ", peer.describe(), " via ", transport_name(p));
     }
     return {};
+  }
+
+  // Connects the peers `peer_of(i)` names, i < n, that are not connected yet (a list of them is
+  // made only then: a small batch's cost was mostly allocations).
+  template <class PeerOf>
+  Status connect_missing(size_t n, PeerOf&& peer_of) {
+    bool all = true;
+    for (size_t i = 0; i < n && all; ++i) all = peer_of(i) == ctx_.rank || by_rank_[static_cast<size_t>(peer_of(i))];
+    if (all) return {};
+    std::vector<int> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = peer_of(i);
+    return connect(std::move(want));
   }
 
   // Connects every peer once, for the algorithms that talk to all of them; `order` is the
@@ -154,6 +165,7 @@ class LinkTable {
   Context ctx_;
   std::vector<Transport*> transports_;
   std::vector<std::unique_ptr<PeerPort>> ports_;
+  std::vector<PeerPort*> by_rank_;  // ports_ as plain pointers, for the calls that take them
   std::vector<PeerPort*> all_, all_by_position_;
 };
 
