@@ -41,7 +41,7 @@ struct BufferDescriptor {
   uint64_t split = 0;                     // broadcast: where the receivers stop reading (the root writes the rest)
   uint64_t piece = 0;                     // staged, in pieces of this many bytes (0: not staged)
   RegionRef input_region, output_region;  // set when the buffer is in a dcomm::mem_alloc block
-  uint64_t stage = 0;                     // all_reduce, reduce: this rank's staging block, where piece > 0
+  uint64_t stage = 0;                     // all_reduce: this rank's staging block, where piece > 0
   RegionRef stage_region;
 };
 
