@@ -1,5 +1,5 @@
 // gather, scatter and all-to-all, defined once: which of a rank's blocks goes to which peer and
-// which block each peer's message fills (`exchange_moves`). Everything that runs them reads
+// which block each peer's message fills (`for_each_move`). Everything that runs them reads
 // this: the communicator (comm/exchange_calls.hpp) and both adapters turn the moves into one
 // batch of sends and receives (`exchange_ops`: algo/p2p.hpp runs it on the host, the device
 // communicator's group on a GPU), and the simulator runs them as a schedule
@@ -61,17 +61,6 @@ void for_each_move(Exchange what, int rank, int size, int root, F&& f) {
       }
       break;
   }
-}
-
-// The same moves as a list.
-inline std::vector<BlockMove> exchange_moves(Exchange what, int rank, int size, int root) {
-  std::vector<BlockMove> moves;
-  moves.reserve(2 * static_cast<size_t>(size));
-  for_each_move(what, rank, size, root, [&](BlockMove m) {
-    moves.push_back(m);
-    return true;
-  });
-  return moves;
 }
 
 // One block of a side: where it lies and its element count.
@@ -168,15 +157,14 @@ inline Schedule schedule_exchange(Exchange what, int size, int rank, size_t coun
     return Range{at * count, (at + 1) * count};
   };
   Schedule s;
-  for (const BlockMove& m : exchange_moves(what, rank, size, root)) {
-    if (m.peer == rank) {
-      if (!m.send)
-        s.push_back(detail::local_copy(block(true, what == Exchange::kGather ? 0 : rank), block(false, m.block)));
-      continue;
-    }
-    s.push_back(m.send ? detail::send_only(m.peer, block(true, m.block))
-                       : detail::recv_only(m.peer, block(false, m.block), false, false));
-  }
+  for_each_move(what, rank, size, root, [&](BlockMove m) {
+    if (m.peer != rank)
+      s.push_back(m.send ? detail::send_only(m.peer, block(true, m.block))
+                         : detail::recv_only(m.peer, block(false, m.block), false, false));
+    else if (!m.send)
+      s.push_back(detail::local_copy(block(true, what == Exchange::kGather ? 0 : rank), block(false, m.block)));
+    return true;
+  });
   return s;
 }
 

@@ -176,6 +176,15 @@ inline size_t staged_piece(size_t bytes) {
   return std::min(bytes, std::clamp(eighth, kTileBytes, kStagedPieceMax));
 }
 
+// kStagedSlots slots of `slot_bytes` in this rank's staging block; null, with a warning, where
+// there is no shared memory for them (the call then goes unstaged).
+inline char* reserve_slots(StagingBlock& staging, size_t slot_bytes, int rank, const char* op) {
+  auto area = staging.reserve(kStagedSlots * slot_bytes);
+  if (area.ok()) return *area;
+  DCOMM_LOG(kWarn, kSubsysColl, rank, op, " not staged: ", area.status().message());
+  return nullptr;
+}
+
 // Whether some peer is another process (threads of this one read the root's buffer in place).
 inline bool any_other_process(const std::vector<PeerPort*>& ports, int rank) {
   for (size_t p = 0; p < ports.size(); ++p)
@@ -245,12 +254,10 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
   if (rank == root) {
     if (staging && bytes && local_region(send, bytes).fd < 0 && detail::any_other_process(ports, rank)) {
       const size_t piece = detail::staged_piece(bytes);
-      auto area = staging->reserve(detail::kStagedSlots * piece);
-      if (area.ok())
-        return detail::staged_broadcast_root(ports, rank, static_cast<const char*>(send), static_cast<char*>(recv),
-                                             bytes, piece, *area, staging->region(), stream);
       // No shared memory for it: the receivers read the root's buffer through the kernel.
-      DCOMM_LOG(kWarn, kSubsysColl, rank, "broadcast not staged: ", area.status().message());
+      if (char* area = detail::reserve_slots(*staging, piece, rank, "broadcast"))
+        return detail::staged_broadcast_root(ports, rank, static_cast<const char*>(send), static_cast<char*>(recv),
+                                             bytes, piece, area, staging->region(), stream);
     }
     const size_t share = bytes / static_cast<size_t>(size);
     const size_t split =
@@ -437,10 +444,8 @@ inline Result<bool> single_copy_all_reduce(const std::vector<PeerPort*>& ports, 
   auto mine = detail::descriptor_of(send, count * eb, keeps ? recv : nullptr, keeps ? count * eb : 0);
   if (staging && root == detail::kPushAll && count && detail::any_other_process(ports, rank)) {
     const size_t slot = std::min(detail::kTileBytes, chunks.off(1) * eb);  // a rank's chunk of a piece
-    auto area = staging->reserve(detail::kStagedSlots * slot);
-    if (area.ok())
-      mine.piece = slot, mine.stage = reinterpret_cast<uint64_t>(*area), mine.stage_region = staging->region();
-    else DCOMM_LOG(kWarn, kSubsysColl, rank, "all_reduce not staged: ", area.status().message());
+    if (char* area = detail::reserve_slots(*staging, slot, rank, "all_reduce"))
+      mine.piece = slot, mine.stage = reinterpret_cast<uint64_t>(area), mine.stage_region = staging->region();
   }
   auto peers = detail::swap_descriptors(ports, rank, mine);
   if (!peers.ok()) return peers.status();

@@ -78,6 +78,10 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
                                     const CallShape& shape, bool only_if_registered) {
   LinkTable& links = c.links;
   const size_t eb = reducer.elem_bytes;
+  // The staging block where DCOMM_STAGED_COPY says to stage: 1 always, auto where `auto_rule`.
+  auto staging_if = [&](bool auto_rule) {
+    return c.config.staged_copy == 1 || (c.config.staged_copy < 0 && auto_rule) ? &c.staging : nullptr;
+  };
   if (d.kind == OpKind::kAllGather) {
     DCOMM_RETURN_IF_ERROR(
         single_copy_all_gather(links.all(), c.rank, d.send, d.recv, d.count * eb, stream_output(shape, c.config)));
@@ -90,11 +94,10 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
     // on 2 cores: 0.67-0.97x from 2 MiB; either way below, and out of place). 2 processes took
     // 1.3-4x. Figures: docs/benchmarking.md, "Figures behind the comments".
     const double load = c.facts.link.load;
-    const bool staged = c.config.staged_copy == 1 ||
-                        (c.config.staged_copy < 0 &&
-                         (load > kMaxTunedLoad || (load > 1 && shape.in_place && shape.bytes() >= kStagedEighthsFrom)));
+    StagingBlock* staging =
+        staging_if(load > kMaxTunedLoad || (load > 1 && shape.in_place && shape.bytes() >= kStagedEighthsFrom));
     DCOMM_RETURN_IF_ERROR(single_copy_broadcast(links.all(), c.rank, d.root, d.send, d.recv, d.count * eb,
-                                                c.config.cma_bytes, staged ? &c.staging : nullptr,
+                                                c.config.cma_bytes, staging,
                                                 shape.output_bytes() >= c.config.stream_bytes));
     return true;
   }
@@ -107,12 +110,10 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
   // ran there when not every output is from mem_alloc; 0.99-1.10 from 8 MiB). In place, single
   // copy through the kernel was ahead of it. Figures: docs/benchmarking.md, "Figures behind the
   // comments".
-  const bool staged =
-      d.kind == OpKind::kAllReduce &&
-      (c.config.staged_copy == 1 || (c.config.staged_copy < 0 && c.facts.link.load > kMaxTunedLoad && !shape.in_place));
-  return single_copy_all_reduce(links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered,
-                                d.kind == OpKind::kReduce ? d.root : detail::kPushAll, stream,
-                                staged ? &c.staging : nullptr);
+  return single_copy_all_reduce(
+      links.all(), c.rank, reducer, d.send, d.recv, d.count, only_if_registered,
+      d.kind == OpKind::kReduce ? d.root : detail::kPushAll, stream,
+      d.kind == OpKind::kAllReduce ? staging_if(c.facts.link.load > kMaxTunedLoad && !shape.in_place) : nullptr);
 }
 
 // The schedules and trees over all peers (algo/on_ports.hpp), in the ring order.
