@@ -29,15 +29,20 @@ TEST_CASE("algorithm choice: direct for small all_reduce, single copy where meas
   CHECK(pick(OpKind::kAllGather, 1 << 20, 4, true) == Algorithm::kSingleCopy);
   CHECK(pick(OpKind::kAllGather, 1 << 10, 4, true) != Algorithm::kSingleCopy);  // below DCOMM_CMA_BYTES
   CHECK(pick(OpKind::kBroadcast, 1 << 20, 2, true) == Algorithm::kSingleCopy);
-  // With more ranks than cores, all_gather and broadcast take single copy from 2 x load x
-  // DCOMM_CMA_BYTES.
+  // all_gather's reads are its blocks (pick's count is all_gather's block): from DCOMM_CMA_BYTES
+  // a block (2 x it on 2 ranks); with more ranks than cores, all_gather and broadcast take single
+  // copy from 2 x load x DCOMM_CMA_BYTES of the whole.
+  CHECK(pick(OpKind::kAllGather, c.cma_bytes - 64, 2, true) != Algorithm::kSingleCopy);
+  CHECK(pick(OpKind::kAllGather, c.cma_bytes, 2, true) == Algorithm::kSingleCopy);
+  CHECK(pick(OpKind::kBroadcast, c.cma_bytes, 2, true) == Algorithm::kSingleCopy);
   auto pick_loaded = [&](OpKind k, size_t bytes, double load) {
     const size_t per_rank = k == OpKind::kAllGather ? 8 : 1;  // all_gather's size is its whole output
     return choose_algorithm({k, bytes / 4 / per_rank, 4, 8, false}, c, true, LinkModel::for_load(load)).algorithm;
   };
   for (OpKind k : {OpKind::kAllGather, OpKind::kBroadcast}) {
-    CHECK(pick_loaded(k, c.cma_bytes, 1) == Algorithm::kSingleCopy);
-    CHECK(pick_loaded(k, c.cma_bytes - 64, 1) != Algorithm::kSingleCopy);
+    const size_t unloaded = k == OpKind::kAllGather ? 8 * c.cma_bytes : c.cma_bytes;  // 8 blocks
+    CHECK(pick_loaded(k, unloaded, 1) == Algorithm::kSingleCopy);
+    CHECK(pick_loaded(k, unloaded - 64, 1) != Algorithm::kSingleCopy);
     for (int load : {2, 4}) {
       CHECK(pick_loaded(k, c.cma_bytes, load) != Algorithm::kSingleCopy);
       CHECK(pick_loaded(k, 2 * load * c.cma_bytes - 64, load) != Algorithm::kSingleCopy);

@@ -83,6 +83,19 @@ inline size_t out_of_place_through_kernel(const Config& config, int ranks) {
   return config.cma_out_of_place_bytes / static_cast<size_t>(std::max(ranks, 2)) * 2;
 }
 
+// all_gather and broadcast: DCOMM_CMA_BYTES is where one process_vm_readv pays
+// (comm/host_tuning.hpp), and a receiver makes one per peer block: the whole buffer for
+// broadcast, output / ranks for all_gather (2 processes: 16 KiB, 8 KiB blocks, took 0.93x single
+// copy's time through the FIFO; 32 KiB 0.79-0.89x through the kernel). With more ranks than
+// cores, from 2 x load x DCOMM_CMA_BYTES of the whole: a rank that copies from its peers' buffers
+// waits for each of them to be scheduled first, and the FIFO's pipelined steps were ahead below
+// that (figures: docs/environment.md, DCOMM_CMA_BYTES).
+inline bool single_copy_reads_pay(const CallShape& c, const Config& config, const LinkModel& link) {
+  const bool per_block = c.kind == OpKind::kAllGather && link.load <= 1;
+  const size_t read = per_block ? c.bytes() / static_cast<size_t>(c.ranks) : c.bytes();
+  return config.cma_bytes && read >= oversubscribed_threshold(config.cma_bytes, link.load);
+}
+
 inline Choice choose_algorithm(const CallShape& c, const Config& config, bool single_copy,
                                const LinkModel& link = LinkModel{}) {
   if (c.ranks < 2 || c.count == 0) return {Algorithm::kRing, "trivial"};
@@ -107,11 +120,7 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
     switch (c.kind) {
       case OpKind::kAllGather:
       case OpKind::kBroadcast:
-        // With more ranks than cores, from 2 x load x DCOMM_CMA_BYTES: a rank that copies from
-        // its peers' buffers waits for each of them to be scheduled first, and the FIFO's
-        // pipelined steps were ahead below that (figures: docs/environment.md, DCOMM_CMA_BYTES).
-        if (config.cma_bytes && bytes >= oversubscribed_threshold(config.cma_bytes, link.load))
-          return {Algorithm::kSingleCopy, "measured"};
+        if (single_copy_reads_pay(c, config, link)) return {Algorithm::kSingleCopy, "measured"};
         break;
       case OpKind::kReduceScatter:
       case OpKind::kAllReduce:
