@@ -85,11 +85,11 @@ inline size_t out_of_place_through_kernel(const Config& config, int ranks) {
 
 // all_gather and broadcast: DCOMM_CMA_BYTES is where one process_vm_readv pays
 // (comm/host_tuning.hpp), and a receiver makes one per peer block: the whole buffer for
-// broadcast, output / ranks for all_gather (2 processes: 16 KiB, 8 KiB blocks, took 0.93x single
-// copy's time through the FIFO; 32 KiB 0.79-0.89x through the kernel). With more ranks than
-// cores, from 2 x load x DCOMM_CMA_BYTES of the whole: a rank that copies from its peers' buffers
-// waits for each of them to be scheduled first, and the FIFO's pipelined steps were ahead below
-// that (figures: docs/environment.md, DCOMM_CMA_BYTES).
+// broadcast, output / ranks for all_gather (2 processes: 16 KiB, 8 KiB blocks, took 0.92-0.96x
+// single copy's time through the FIFO; 32 KiB 0.70-0.89x the FIFO's through the kernel). With
+// more ranks than cores, from 2 x load x DCOMM_CMA_BYTES of the whole: a rank that copies from
+// its peers' buffers waits for each of them to be scheduled first, and the FIFO's pipelined
+// steps were ahead below that (figures: docs/environment.md, DCOMM_CMA_BYTES).
 inline bool single_copy_reads_pay(const CallShape& c, const Config& config, const LinkModel& link) {
   const bool per_block = c.kind == OpKind::kAllGather && link.load <= 1;
   const size_t read = per_block ? c.bytes() / static_cast<size_t>(c.ranks) : c.bytes();
