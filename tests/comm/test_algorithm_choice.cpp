@@ -144,6 +144,29 @@ TEST_CASE("call shape: nccl-tests' size column and streaming of large out-of-pla
   CHECK_FALSE(stream_output({OpKind::kAllReduce, 1024, 4, 2, false}, c));
 }
 
+TEST_CASE("streaming stores from where the host's buffers of a call reach 4 x DCOMM_STREAM_BYTES") {
+  Config c;
+  const size_t s = c.stream_bytes, f = 4;  // float32 counts
+  // 2 ranks' all_reduce: its output of DCOMM_STREAM_BYTES itself, not one element less.
+  CHECK(stream_output({OpKind::kAllReduce, s / f, f, 2, false}, c));
+  CHECK_FALSE(stream_output({OpKind::kAllReduce, s / f - 1, f, 2, false}, c));
+  // 8 ranks on the host: a quarter of it; on each of 2 hosts, the same; 8 ranks on 8 hosts: as 2.
+  CHECK(stream_output({OpKind::kAllReduce, s / 4 / f, f, 8, false}, c));
+  CHECK_FALSE(stream_output({OpKind::kAllReduce, s / 4 / f - 1, f, 8, false}, c));
+  CHECK(stream_output({OpKind::kAllReduce, s / 4 / f, f, 16, false, 2}, c));
+  CHECK_FALSE(stream_output({OpKind::kAllReduce, s / 4 / f, f, 8, false, 8}, c));
+  // all_gather counts its input block and output: 2 ranks, 1.5 x the output on each.
+  CHECK_FALSE(stream_output({OpKind::kAllGather, s / 2 / f, f, 2, false}, c));  // output s: 3s of buffers
+  CHECK(stream_output({OpKind::kAllGather, s / f, f, 2, false}, c));            // output 2s: 6s
+  // reduce_scatter: the input (ranks x the output) and the output; 4 ranks, input s: 5s.
+  CHECK(stream_output({OpKind::kReduceScatter, s / 4 / f, f, 4, false}, c));
+  CHECK_FALSE(stream_output({OpKind::kReduceScatter, s / 8 / f, f, 4, false}, c));
+  // broadcast's receivers write their buffers only, in place too.
+  CHECK(buffers_leave_cache({OpKind::kBroadcast, s / 2 / f, f, 8, true}, c));
+  CHECK_FALSE(buffers_leave_cache({OpKind::kBroadcast, s / 2 / f - 1, f, 8, true}, c));
+  CHECK(host_buffer_bytes({OpKind::kAllReduce, 1000, f, 4, true}) == 4 * 4000);  // in place: one buffer
+}
+
 TEST_CASE("DCOMM_ALGO: names per collective, bare names where they apply, errors that name the entry") {
   auto all = parse_algo("tree");
   REQUIRE(all.ok());

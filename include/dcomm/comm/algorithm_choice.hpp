@@ -210,10 +210,28 @@ class ChoiceCache {
   std::array<Entry, kEntries> entries_{};
 };
 
+// The bytes a call's buffers span on one host: each of its ranks' input and output (one
+// buffer in place; broadcast's receivers, which write theirs only).
+inline size_t host_buffer_bytes(const CallShape& c) {
+  const size_t local = static_cast<size_t>((c.ranks + std::max(c.hosts, 1) - 1) / std::max(c.hosts, 1));
+  const size_t in = c.kind == OpKind::kReduceScatter ? c.bytes() : c.count * c.elem_bytes, out = c.output_bytes();
+  return local * (c.kind == OpKind::kBroadcast ? out : c.in_place ? std::max(in, out) : in + out);
+}
+
+// Whether a call's buffers leave the last-level cache: DCOMM_STREAM_BYTES is where they did for
+// 2 ranks' all_reduce (4 buffers of it), and the host's buffers together are what the cache
+// holds (8 processes on 2 cores, out of place: all_reduce 4-8 MiB 0.85-0.86x the time with
+// streaming stores, all_gather and broadcast 8 MiB 0.90 and 0.80, neutral below; 4 processes:
+// all_reduce 8 MiB 1.02, reduce_scatter 16 MiB 0.83; 2 processes: all_gather 16 MiB, 48 MiB of
+// buffers, 1.05 streaming, 32 MiB 0.88; docs/benchmarking.md, "Figures behind the comments").
+inline bool buffers_leave_cache(const CallShape& c, const Config& config) {
+  return host_buffer_bytes(c) / 4 >= config.stream_bytes;
+}
+
 // Streaming stores pay off for a large output that is not also the input (in place, the
 // lines are in cache already and streaming would only evict them).
 inline bool stream_output(const CallShape& c, const Config& config) {
-  return !c.in_place && c.output_bytes() >= config.stream_bytes;
+  return !c.in_place && buffers_leave_cache(c, config);
 }
 
 // Whether the ring moves its pieces by rendezvous (prims/landing_prims.hpp) when every link

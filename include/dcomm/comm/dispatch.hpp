@@ -97,8 +97,7 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
     StagingBlock* staging =
         staging_if(load > kMaxTunedLoad || (load > 1 && shape.in_place && shape.bytes() >= kStagedEighthsFrom));
     DCOMM_RETURN_IF_ERROR(single_copy_broadcast(links.all(), c.rank, d.root, d.send, d.recv, d.count * eb,
-                                                c.config.cma_bytes, staging,
-                                                shape.output_bytes() >= c.config.stream_bytes));
+                                                c.config.cma_bytes, staging, buffers_leave_cache(shape, c.config)));
     return true;
   }
   const bool stream = stream_output(shape, c.config);
