@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <dcomm/algo/exchange.hpp>
+#include <dcomm/algo/p2p.hpp>
 #include <dcomm/comm/algorithm_choice.hpp>
 
 using namespace dcomm;
@@ -305,4 +307,24 @@ TEST_CASE("algorithms for collectives: forcing, the cost model and the measured 
   CHECK_FALSE(runs(Algorithm::kHalvingDoubling, OpKind::kAllReduce));
   CHECK_FALSE(algo_valid_for("ordered", 0));  // internal: DCOMM_DETERMINISTIC chooses it
   CHECK(runs(Algorithm::kOrdered, OpKind::kReduce));
+}
+
+TEST_CASE(
+    "an all-to-all's messages pull from DCOMM_CMA_BYTES with more ranks than cores; others from the scaled value") {
+  const size_t cma = 16384, scaled = oversubscribed_threshold(cma, 4);  // 4 ranks a core
+  REQUIRE(scaled > cma);
+  std::vector<float> send(4 * 8), recv(4 * 8);
+  auto a2a = equal_exchange_ops(Exchange::kAllToAll, 1, 4, 0, send.data(), recv.data(), 8, DataType::kFloat32);
+  REQUIRE(a2a.ok());
+  REQUIRE(a2a->size() == 8);  // a send and a receive per rank, its own block a pair too
+  for (const P2POp& op : *a2a) {
+    CAPTURE(op.peer);
+    CHECK(op.all_to_all == (op.peer != 1));  // its own block is a local copy
+    CHECK(detail::message_pull_bytes(op, scaled, cma) == (op.peer != 1 ? cma : scaled));
+    CHECK(detail::message_pull_bytes(op, 0, cma) == 0);  // no single copy on this host
+  }
+  auto gather = equal_exchange_ops(Exchange::kGather, 0, 4, 0, send.data(), recv.data(), 8, DataType::kFloat32);
+  REQUIRE(gather.ok());
+  for (const P2POp& op : *gather) CHECK(detail::message_pull_bytes(op, scaled, cma) == scaled);
+  CHECK(detail::message_pull_bytes(P2POp::send(send.data(), 8, DataType::kFloat32, 2), scaled, cma) == scaled);
 }

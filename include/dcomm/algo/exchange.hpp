@@ -126,6 +126,7 @@ Result<std::vector<P2POp>> exchange_ops(Exchange what, int rank, int size, int r
     } else {
       ops.push_back(m.send ? P2POp::send(b.at, b.count, type, m.peer)
                            : P2POp::recv(const_cast<void*>(b.at), b.count, type, m.peer));
+      ops.back().all_to_all = what == Exchange::kAllToAll;
     }
     return true;
   });

@@ -94,6 +94,17 @@ inline std::span<const P2POp> stage_clobbered_sends(std::span<const P2POp> ops, 
   return own.empty() ? ops : std::span<const P2POp>(own);
 }
 
+// From where a user's message is copied by its receiver straight from the sender's buffer
+// (run_p2p's `pull_bytes`, 0: never). With more ranks than cores the communicator scales
+// DCOMM_CMA_BYTES (`cma_bytes`) up, since a receiver that reads waits for its sender to be
+// scheduled first; an all-to-all's messages take it as it is, as each rank waits for every peer
+// in that batch anyway (8 processes on 2 cores, 128-512 KiB, 16-64 KiB blocks: 0.48-0.76x the
+// time through the FIFO; 4 processes, 128 KiB: 0.78x; a send_recv of 16 KiB between 8 took
+// 1.7-2.2x; docs/benchmarking.md, "Figures behind the comments").
+inline size_t message_pull_bytes(const P2POp& op, size_t pull_bytes, size_t cma_bytes) {
+  return op.all_to_all && pull_bytes && cma_bytes ? std::min(pull_bytes, cma_bytes) : pull_bytes;
+}
+
 // Self messages: the k-th send to self feeds the k-th receive from self. A copy of at least
 // `stream_bytes` apart from its source streams past the cache (DCOMM_STREAM_BYTES: a large
 // all_to_all's own block, which nothing reads back soon).
@@ -260,7 +271,8 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
     for (size_t j = i; j-- > 0 && m.before < 0;)
       if (ops[j].peer == ops[i].peer && ops[j].kind == ops[i].kind) m.before = static_cast<int>(j);
     if (message_stamps) m.stamp = message_stamp(ops[i].type, ops[i].count, ops[i].tag);
-    m.pulled = message_stamps && pull_bytes && ops[i].peer != rank && ops[i].bytes() >= pull_bytes;
+    const size_t pull = detail::message_pull_bytes(ops[i], pull_bytes, config.cma_bytes);
+    m.pulled = message_stamps && pull && ops[i].peer != rank && ops[i].bytes() >= pull;
     m.rendezvous = !m.pulled && (message_stamps || ops[i].by_rendezvous) && ops[i].peer != rank && !ops[i].fold &&
                    port_of(ops[i])->goes_by_rendezvous(ops[i].bytes());
   }

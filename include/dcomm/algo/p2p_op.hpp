@@ -41,6 +41,9 @@ struct P2POp {
   // A step's message that may go as one rendezvous into the receiver's buffer (a wire that
   // lands it: zero copy); the schedule sets it alike at both ends (a swap that copies).
   bool by_rendezvous = false;
+  // A message of an all-to-all, where every rank sends to and receives from every other in one
+  // batch (algo/exchange.hpp sets it at both ends): run_p2p's message_pull_bytes.
+  bool all_to_all = false;
 };
 
 DCOMM_NAMESPACE_END

@@ -474,7 +474,8 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
       DCOMM_LOG(kTrace, kSubsysP2P, rank_, "batch of ", d.p2p.size(), " send/recv");
       begin_call(call_stamp(OpKind::kPointToPoint, DataType::kUint8, ReduceOp::kSum, d.p2p.size(), 0, 0));
       // From DCOMM_CMA_BYTES (scaled as single copy's all_gather where ranks outnumber the
-      // cores) a message goes single copy, its receiver copying from the sender's buffer.
+      // cores, but for an all-to-all's: algo/p2p.hpp's message_pull_bytes) a message goes
+      // single copy, its receiver copying from the sender's buffer.
       const size_t pull = facts_.single_copy ? oversubscribed_threshold(config_.cma_bytes, facts_.link.load) : 0;
       return run_p2p(d.p2p, rank_, links_.by_rank(), config_, /*message_stamps=*/true, &scratch_, pull);
     }
