@@ -152,11 +152,13 @@ TEST_CASE("streaming stores from where the host's buffers of a call reach 4 x DC
   // 2 ranks' all_reduce: its output of DCOMM_STREAM_BYTES itself, not one element less.
   CHECK(stream_output({OpKind::kAllReduce, s / f, f, 2, false}, c));
   CHECK_FALSE(stream_output({OpKind::kAllReduce, s / f - 1, f, 2, false}, c));
-  // 8 ranks on the host: a quarter of it; on each of 2 hosts, the same; 8 ranks on 8 hosts: as 2.
+  // 8 ranks on the host: a quarter of it; 8 on each of 2 hosts, the same; one on each of 8: twice it.
   CHECK(stream_output({OpKind::kAllReduce, s / 4 / f, f, 8, false}, c));
   CHECK_FALSE(stream_output({OpKind::kAllReduce, s / 4 / f - 1, f, 8, false}, c));
   CHECK(stream_output({OpKind::kAllReduce, s / 4 / f, f, 16, false, 2}, c));
   CHECK_FALSE(stream_output({OpKind::kAllReduce, s / 4 / f, f, 8, false, 8}, c));
+  CHECK_FALSE(stream_output({OpKind::kAllReduce, 2 * s / f - 1, f, 8, false, 8}, c));
+  CHECK(stream_output({OpKind::kAllReduce, 2 * s / f, f, 8, false, 8}, c));
   // all_gather counts its input block and output: 2 ranks, 1.5 x the output on each.
   CHECK_FALSE(stream_output({OpKind::kAllGather, s / 2 / f, f, 2, false}, c));  // output s: 3s of buffers
   CHECK(stream_output({OpKind::kAllGather, s / f, f, 2, false}, c));            // output 2s: 6s
