@@ -15,6 +15,7 @@
 #include "dcomm/core/bytes.hpp"
 #include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/sanitizer.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/types.hpp"
 #include "dcomm/algo/p2p_op.hpp"
@@ -174,6 +175,7 @@ inline Result<bool> advance_pulled(const P2POp& op, PeerPort& port, const CallSt
   const size_t total = op.bytes();
   if (op.kind == P2POp::Kind::kSend) {
     const BufferDescriptor where = descriptor_of(op.buffer, total);
+    DCOMM_TSAN_RELEASE(op.buffer);  // its contents, for a receiver that is a thread of this process
     if (!port.try_post_pulled(&where, sizeof where, stamp)) return false;
     *referenced = true;
   } else {
@@ -186,7 +188,10 @@ inline Result<bool> advance_pulled(const P2POp& op, PeerPort& port, const CallSt
     if (where.bytes != total)
       return make_error(ErrorCode::kAborted, port.info().describe(), " sent ", where.bytes,
                         " bytes where this rank receives ", total);
+    const bool thread = port.memory().same_process();
+    if (thread) DCOMM_TSAN_ACQUIRE(reinterpret_cast<void*>(where.address));
     DCOMM_RETURN_IF_ERROR(port.read_memory(op.buffer, where.address, total, where.input_region));
+    if (thread) DCOMM_TSAN_RELEASE(reinterpret_cast<void*>(where.address));  // read: the sender may write it
     port.release_recv(/*now=*/true);
   }
   *moved = true;
@@ -332,8 +337,10 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
   // The wires have read what went by reference, before the caller may change it.
   for (size_t i = 0; any_by_reference && i < ops.size(); ++i)
     if ((state[i].by_reference || state[i].rendezvous || state[i].pulled) && ops[i].kind == P2POp::Kind::kSend &&
-        ops[i].peer != rank)
+        ops[i].peer != rank) {
       DCOMM_RETURN_IF_ERROR(port_of(ops[i])->wait_sent());
+      DCOMM_TSAN_ACQUIRE(ops[i].buffer);  // a receiver of this process has read it
+    }
   return {};
 }
 
