@@ -198,6 +198,18 @@ inline Result<bool> advance_pulled(const P2POp& op, PeerPort& port, const CallSt
   return true;
 }
 
+// The wires have read what went by reference, before the caller may change it.
+inline Status wait_sent_all(std::span<const P2POp> ops, std::span<const MessageState> state,
+                            const std::vector<PeerPort*>& ports, int rank) {
+  for (size_t i = 0; i < ops.size(); ++i)
+    if ((state[i].by_reference || state[i].rendezvous || state[i].pulled) && ops[i].kind == P2POp::Kind::kSend &&
+        ops[i].peer != rank) {
+      DCOMM_RETURN_IF_ERROR(ports[static_cast<size_t>(ops[i].peer)]->wait_sent());
+      DCOMM_TSAN_ACQUIRE(ops[i].buffer);  // a receiver of this process has read it
+    }
+  return {};
+}
+
 // Moves as much of `op` as its port takes now, from `*done` bytes on: true once the whole
 // message has gone; `*moved` says whether any of it did; `*referenced` that a send went by
 // reference (the caller waits for the wire to read it).
@@ -334,14 +346,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
     }
     DCOMM_RETURN_IF_ERROR(detail::wait_on_batch(ops, state, ports, backoff, clock, message_stamps));
   }
-  // The wires have read what went by reference, before the caller may change it.
-  for (size_t i = 0; any_by_reference && i < ops.size(); ++i)
-    if ((state[i].by_reference || state[i].rendezvous || state[i].pulled) && ops[i].kind == P2POp::Kind::kSend &&
-        ops[i].peer != rank) {
-      DCOMM_RETURN_IF_ERROR(port_of(ops[i])->wait_sent());
-      DCOMM_TSAN_ACQUIRE(ops[i].buffer);  // a receiver of this process has read it
-    }
-  return {};
+  return any_by_reference ? detail::wait_sent_all(ops, state, ports, rank) : Status{};
 }
 
 DCOMM_NAMESPACE_END
