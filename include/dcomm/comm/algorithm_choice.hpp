@@ -213,7 +213,7 @@ class ChoiceCache {
 // The bytes a call's buffers span on one host: each of its ranks' input and output (one
 // buffer in place; broadcast's receivers, which write theirs only).
 inline size_t host_buffer_bytes(const CallShape& c) {
-  const size_t local = static_cast<size_t>((c.ranks + std::max(c.hosts, 1) - 1) / std::max(c.hosts, 1));
+  const size_t local = static_cast<size_t>(c.ranks_per_host());
   const size_t in = c.kind == OpKind::kReduceScatter ? c.bytes() : c.count * c.elem_bytes, out = c.output_bytes();
   return local * (c.kind == OpKind::kBroadcast ? out : c.in_place ? std::max(in, out) : in + out);
 }

@@ -36,6 +36,8 @@ struct CallShape {
   size_t output_bytes() const {
     return count * elem_bytes * (kind == OpKind::kAllGather ? static_cast<size_t>(ranks) : 1);
   }
+  // The most ranks any one host has.
+  int ranks_per_host() const { return (ranks + std::max(hosts, 1) - 1) / std::max(hosts, 1); }
 };
 
 struct LinkModel {
@@ -104,7 +106,7 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m);
 // among the hosts' leaders over the network.
 inline double predict_hierarchical_us(const CallShape& c, const LinkModel& m) {
   CallShape local = c, leaders = c;
-  local.ranks = (c.ranks + c.hosts - 1) / c.hosts, local.hosts = 1;
+  local.ranks = c.ranks_per_host(), local.hosts = 1;
   leaders.ranks = c.hosts, leaders.hosts = c.hosts;
   return predict_us(Algorithm::kTree, local, m) + predict_us(Algorithm::kRabenseifner, leaders, m);
 }
@@ -141,7 +143,7 @@ inline double predict_us(Algorithm a, const CallShape& c, const LinkModel& m_in)
     // A chain ordered by host (broadcast's and reduce's ring) crosses each host's network link
     // once; the other schedules have every rank of a host send across the network at once,
     // sharing its link. (The ring collectives: predict_ring_across_hosts_us.)
-    const double per_host = std::ceil(static_cast<double>(c.ranks) / c.hosts);
+    const double per_host = c.ranks_per_host();
     m.alpha_us = m.net_alpha_us;
     m.beta_us_per_byte = m.net_beta_us_per_byte * (a == Algorithm::kRing ? 1.0 : per_host);
   }
