@@ -23,6 +23,17 @@
 #include "forked.hpp"
 
 namespace {
+// A single-copy threshold's run of sizes, "64K-256K" (through the kernel from the first, behind
+// again from the second; "64K-" where it is not).
+std::string run_of(size_t from, size_t until) {
+  auto text = [](size_t b) {
+    return b % (1u << 20) == 0 ? std::to_string(b >> 20) + "M"
+           : b % 1024 == 0     ? std::to_string(b >> 10) + "K"
+                               : std::to_string(b);
+  };
+  return text(from) + "-" + (until == dcomm::kNoUpperBound ? "" : text(until));
+}
+
 // One communicator's set-up on every rank, timed; rank 0 prints the slowest rank's and what it took.
 int set_up(int rank, int n, const std::string& id_text, const char* what) {
   auto id = dcomm::UniqueId::parse(id_text);
@@ -34,9 +45,11 @@ int set_up(int rank, int n, const std::string& id_text, const char* what) {
   dcomm::Communicator& c = **comm;
   if (!c.all_reduce(&ms, &ms, 1, dcomm::DataType::kFloat64, dcomm::ReduceOp::kMax).ok()) return 4;
   if (rank == 0)
-    std::printf("  %-30s %8.2f %10zu %12zu %14zu %8zu %12zu\n", what, ms, c.config().cma_bytes,
-                c.config().cma_reduce_bytes, c.config().cma_reduce_scatter_bytes, c.config().direct_bytes,
-                c.config().cma_reduce_root_bytes);
+    std::printf("  %-30s %8.2f %10zu %12s %14s %8zu %12s\n", what, ms, c.config().cma_bytes,
+                run_of(c.config().cma_reduce_bytes, c.config().cma_reduce_until_bytes).c_str(),
+                run_of(c.config().cma_reduce_scatter_bytes, c.config().cma_reduce_scatter_until_bytes).c_str(),
+                c.config().direct_bytes,
+                run_of(c.config().cma_reduce_root_bytes, c.config().cma_reduce_root_until_bytes).c_str());
   std::fflush(stdout);  // the fork's child leaves by _exit
   return 0;
 }
@@ -59,7 +72,8 @@ int main(int argc, char** argv) {
     const std::string cache = "/tmp/dcomm-host-tuning-bench-" + std::to_string(getpid());
     std::remove(cache.c_str());
     std::printf(
-        "# a set-up of %d ranks (processes), the slowest rank's; the DCOMM_*_BYTES it took\n"
+        "# a set-up of %d ranks (processes), the slowest rank's; the DCOMM_*_BYTES it took (CMA_REDUCE*: single\n"
+        "# copy through the kernel from the first size, behind the ring again from the second)\n"
         "# %-30s %8s %10s %12s %14s %8s %12s\n",
         ranks, "tuning", "ms", "CMA", "CMA_REDUCE", "CMA_REDUCE_SC.", "DIRECT", "CMA_RED_ROOT");
     const char* passes[3] = {"off (DCOMM_HOST_TUNING=off)", "measured (no cache)", "read from the cache"};

@@ -102,6 +102,46 @@ TEST_CASE("out-of-place single copy through the kernel: up to 2 ranks a core, be
   CHECK(pick(OpKind::kAllReduce, 1 << 20, 8, 4, true) == Algorithm::kSingleCopy);  // in place it stays ahead
 }
 
+// The host tuning's run of sizes where single copy is ahead (comm/tuning.hpp's SizeWalk): through
+// the kernel in [from, until), in place and out of place; from `until` only with every buffer
+// from mem_alloc, which single copy reaches without the kernel.
+TEST_CASE("single copy through the kernel up to where the host tuning found it behind again, in and out of place") {
+  Config c;
+  c.cma_reduce_bytes = 64 << 10, c.cma_reduce_until_bytes = 256 << 10;
+  c.cma_reduce_scatter_bytes = 32 << 10, c.cma_reduce_scatter_until_bytes = 1 << 20;
+  c.cma_reduce_root_bytes = 16 << 10, c.cma_reduce_root_until_bytes = 512 << 10;
+  auto pick = [&](OpKind k, size_t bytes, bool in_place) {
+    const size_t count = bytes / 4 / (k == OpKind::kReduceScatter ? 2 : 1);
+    return choose_algorithm({k, count, 4, 2, in_place}, c, true).algorithm;
+  };
+  const struct {
+    OpKind kind;
+    size_t from, until;
+  } runs[] = {{OpKind::kAllReduce, 64 << 10, 256 << 10},
+              {OpKind::kReduceScatter, 32 << 10, 1 << 20},
+              {OpKind::kReduce, 16 << 10, 512 << 10}};
+  for (const auto& r : runs)
+    for (bool in_place : {false, true}) {
+      CAPTURE(to_string(r.kind));
+      CAPTURE(in_place);
+      CHECK(pick(r.kind, r.from - 64, in_place) != Algorithm::kSingleCopy);
+      CHECK(pick(r.kind, r.from - 64, in_place) != Algorithm::kSingleCopyIfRegistered);
+      CHECK(pick(r.kind, r.from, in_place) == Algorithm::kSingleCopy);
+      CHECK(pick(r.kind, r.until - 64, in_place) == Algorithm::kSingleCopy);
+      CHECK(pick(r.kind, r.until, in_place) == Algorithm::kSingleCopyIfRegistered);
+      CHECK(pick(r.kind, 64 << 20, in_place) == Algorithm::kSingleCopyIfRegistered);
+    }
+  // Behind through the last size timed: from = until, no size through the kernel.
+  c.cma_reduce_until_bytes = c.cma_reduce_bytes;
+  CHECK(pick(OpKind::kAllReduce, c.cma_reduce_bytes, true) == Algorithm::kSingleCopyIfRegistered);
+  CHECK(pick(OpKind::kAllReduce, c.cma_reduce_bytes - 64, true) == Algorithm::kRing);
+  // The defaults: no bound but DCOMM_CMA_OUT_OF_PLACE_BYTES out of place.
+  const Config d;
+  CHECK(d.cma_reduce_until_bytes == kNoUpperBound);
+  CHECK(choose_algorithm({OpKind::kAllReduce, size_t{256} << 20, 4, 2, true}, d, true).algorithm ==
+        Algorithm::kSingleCopy);
+}
+
 TEST_CASE("direct reduce_scatter and all_gather: one exchange of blocks up to DCOMM_DIRECT_BYTES in all, 3-8 ranks") {
   Config c;
   // bytes: the whole buffer (all_gather's output, reduce_scatter's input), as nccl-tests' size

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <fstream>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "support/ranks.hpp"
 
@@ -47,8 +49,10 @@ TEST_CASE(
   std::ofstream(path) << "dcomm-host-tuning\nhost " << sig << "\ncma_us lots\n";
   CHECK_FALSE(read_host_tuning(path, sig, &why));
   CHECK(why.find("unreadable") != std::string::npos);
-  HostMeasure with_shapes{
-      0.5, 20, {{"2-processes", 32768, 2097152, 8192, 131072, 2}, {"4-threads", 65536, 1048576, 2048, 65536, 1}}};
+  HostMeasure with_shapes{0.5,
+                          20,
+                          {{"2-processes", 32768, 2097152, 8192, 131072, 262144, 2097152, kNoUpperBound, 2},
+                           {"4-threads", 65536, 1048576, 2048, 65536, 0, 0, 0, 1}}};
   REQUIRE(write_host_tuning(path, sig, with_shapes).ok());
   back = read_host_tuning(path, sig, &why);
   REQUIRE(back);
@@ -58,6 +62,10 @@ TEST_CASE(
   CHECK(back->for_shape("4-threads")->all_reduce == 65536);
   CHECK(back->for_shape("2-processes")->direct == 8192);
   CHECK(back->for_shape("2-processes")->reduce == 131072);
+  CHECK(back->for_shape("2-processes")->all_reduce_until == 262144);
+  CHECK(back->for_shape("2-processes")->reduce_scatter_until == 2097152);
+  CHECK(back->for_shape("2-processes")->reduce_until == kNoUpperBound);
+  CHECK(back->for_shape("4-threads")->all_reduce_until == 0);  // not known
   CHECK(back->for_shape("2-processes")->tries == 2);
   CHECK_FALSE(back->for_shape("3-threads"));
   std::ofstream(path, std::ios::app) << "shape 8-threads lots 1 1\n";
@@ -100,8 +108,11 @@ TEST_CASE("host tuning: every rank takes rank 0's value; DCOMM_CMA_BYTES and a p
 }
 
 TEST_CASE(
-    "shape walks: single copy from the first of two sizes ahead in a row (behind through 4 MiB: 8 MiB); direct "
-    "up to the last size of its run ahead") {
+    "shape walks: single copy in the run of sizes that starts with two ahead in a row and ends with two behind "
+    "(none by 2 MiB: none at all); direct up to the last size of its run ahead") {
+  struct Found {
+    size_t from, until;
+  };
   auto walk = [](size_t k, std::initializer_list<bool> ahead) {
     auto walks = detail::shape_walks(Config{}.slot_bytes);
     for (bool a : ahead) {
@@ -109,21 +120,38 @@ TEST_CASE(
       walks[k].record(a);
     }
     CHECK(walks[k].next == 0);  // done
-    return walks[k].found;
+    return Found{walks[k].found, walks[k].until};
   };
-  CHECK(walk(0, {true, true}) == 16384);
-  CHECK(walk(0, {false, true, true}) == 32768);
-  CHECK(walk(1, {false, true, false, true, true}) == 131072);  // one size ahead alone is not enough
-  CHECK(walk(0, {false, false, false, false, false, false, false, false, false}) == size_t{8} << 20);
-  CHECK(walk(1, {false, false, false, false, false, false, false, false, true}) == size_t{4} << 20);
-  CHECK(walk(2, {true, true, true}) == 16384);  // 4, 8, 16 KiB: the most a direct exchange takes
-  CHECK(walk(2, {true, false}) == 4096);
-  CHECK(walk(2, {false}) == 2048);
+  auto is = [](Found f, size_t from, size_t until) {
+    CHECK(f.from == from);
+    CHECK(f.until == until);
+  };
+  const size_t K = 1024, M = K * K;
+  // 16 KiB to 2 MiB: 8 sizes
+  is(walk(0, {true, true, true, true, true, true, true, true}), 16 * K, kNoUpperBound);
+  is(walk(0, {false, true, true, true, false, true, false, false}), 32 * K, M);  // one behind alone is not enough
+  is(walk(0, {false, false, true, true, false, false}), 64 * K, 256 * K);        // the AMD EPYC of the notes
+  is(walk(1, {false, true, false, true, true, true, true, false}), 128 * K, kNoUpperBound);  // behind once, at 2 MiB
+  is(walk(0, {false, false, false, false, false, false, false, false}), 2 * M, 2 * M);       // never ahead: none
+  is(walk(1, {false, false, false, false, false, false, false, true}), 2 * M, kNoUpperBound);
+  is(walk(3, {false, false, false, false, false, false, true, true}), M, kNoUpperBound);
+  CHECK(walk(2, {true, true, true}).from == 16384);  // 4, 8, 16 KiB: the most a direct exchange takes
+  CHECK(walk(2, {true, false}).from == 4096);
+  CHECK(walk(2, {false}).from == 2048);
   auto walks = detail::shape_walks(Config{}.slot_bytes);
   walks[0].record(false);
   CHECK(walks[0].next == 32768);
   CHECK(walks[1].next == 16384);                     // each walks on its own
   CHECK(detail::shape_walks(8192)[2].last == 8192);  // direct takes at most a slot
+  // A later set-up goes on from a start an earlier one found (ahead there and at twice it).
+  walks[0].resume_from(64 * K);
+  CHECK(walks[0].next == 256 * K);
+  walks[0].record(false);
+  walks[0].record(false);
+  is({walks[0].found, walks[0].until}, 64 * K, 256 * K);
+  walks[1].resume_from(M);  // ahead at 1 and 2 MiB, the last size
+  is({walks[1].found, walks[1].until}, M, kNoUpperBound);
+  CHECK(walks[1].next == 0);
 }
 
 TEST_CASE(
@@ -150,22 +178,38 @@ TEST_CASE(
   const size_t reduce_scatter = entry->reduce_scatter ? entry->reduce_scatter : d.cma_reduce_scatter_bytes;
   const size_t direct = entry->direct ? entry->direct : d.direct_bytes;
   const size_t reduce = entry->reduce ? entry->reduce : d.cma_reduce_root_bytes;
+  // Where single copy falls behind again; where not known (0), none.
+  auto until = [](size_t measured) { return measured ? measured : kNoUpperBound; };
+  const size_t all_reduce_until = until(entry->all_reduce_until);
+  const size_t reduce_scatter_until = until(entry->reduce_scatter_until);
+  const size_t reduce_until = until(entry->reduce_until);
   CHECK(all_reduce >= 16384);
-  CHECK(all_reduce <= size_t{8} << 20);
+  CHECK(all_reduce <= size_t{2} << 20);
   CHECK(reduce_scatter >= 16384);
   CHECK(reduce >= 16384);
-  CHECK(reduce <= size_t{8} << 20);
+  CHECK(reduce <= size_t{2} << 20);
   CHECK(direct >= 2048);
   CHECK(direct <= 16384);
+  for (auto [from, to] : {std::pair{all_reduce, all_reduce_until}, std::pair{reduce_scatter, reduce_scatter_until},
+                          std::pair{reduce, reduce_until}}) {
+    CHECK(to >= from);  // equal: single copy was behind through the last size timed
+    CHECK((to == kNoUpperBound || to <= size_t{2} << 20));
+  }
   for (auto& c : *comms) {
     CHECK(c->config().cma_reduce_bytes == all_reduce);
     CHECK(c->config().cma_reduce_scatter_bytes == reduce_scatter);
     CHECK(c->config().direct_bytes == direct);
     CHECK(c->config().cma_reduce_root_bytes == reduce);
+    CHECK(c->config().cma_reduce_until_bytes == all_reduce_until);
+    CHECK(c->config().cma_reduce_scatter_until_bytes == reduce_scatter_until);
+    CHECK(c->config().cma_reduce_root_until_bytes == reduce_until);
   }
   // Either side of what it chose, all_reduce, reduce_scatter and reduce (in and out of place)
   // are exact.
-  for (size_t threshold : {all_reduce, reduce_scatter, direct, reduce})
+  std::vector<size_t> thresholds = {all_reduce, reduce_scatter, direct, reduce};
+  for (size_t to : {all_reduce_until, reduce_scatter_until, reduce_until})
+    if (to != kNoUpperBound) thresholds.push_back(to);
+  for (size_t threshold : thresholds)
     for (size_t bytes : {threshold - 64, threshold, threshold + 64}) {
       CAPTURE(bytes);
       on_ranks(*comms, [&](Communicator& c) {
@@ -204,6 +248,8 @@ TEST_CASE(
     CHECK(c->config().cma_reduce_bytes == size_t{3} << 20);
     CHECK(c->config().cma_reduce_scatter_bytes == size_t{3} << 20);
     CHECK(c->config().cma_reduce_root_bytes == size_t{3} << 20);  // unset, reduce_scatter's
+    CHECK(c->config().cma_reduce_until_bytes == kNoUpperBound);   // from the value chosen on
+    CHECK(c->config().cma_reduce_root_until_bytes == kNoUpperBound);
   }
   Config own = config;
   own.cma_reduce_scatter_bytes = 5000;
@@ -211,7 +257,9 @@ TEST_CASE(
   REQUIRE_MESSAGE(with_own.ok(), with_own.status().message());
   for (auto& c : *with_own) {
     CHECK(c->config().cma_reduce_bytes == all_reduce);
+    CHECK(c->config().cma_reduce_until_bytes == all_reduce_until);
     CHECK(c->config().cma_reduce_scatter_bytes == 5000);
+    CHECK(c->config().cma_reduce_scatter_until_bytes == kNoUpperBound);
   }
   // A communicator made from a tuned one (split here; shrink and grow alike) takes its values and
   // neither measures nor reads: with no cache and nothing in memory, none is written.
@@ -222,6 +270,7 @@ TEST_CASE(
     REQUIRE_MESSAGE(child.ok(), child.status().message());
     CHECK((*child)->config().direct_bytes == direct);
     CHECK((*child)->config().cma_reduce_bytes == all_reduce);
+    CHECK((*child)->config().cma_reduce_until_bytes == all_reduce_until);
   });
   CHECK_FALSE(std::ifstream(path).good());
   unsetenv("DCOMM_HOST_TUNING_CACHE");
@@ -236,12 +285,14 @@ TEST_CASE(
   REQUIRE_MESSAGE(host.ok(), host.status().message());
   Config config;  // the default FIFO slots: a shape is measured with them
   config.timeout = std::chrono::seconds(20);
-  // A cache whose 2-threads line does not know reduce_scatter (0) after `tries` set-ups; then a
-  // set-up of that shape: the line it leaves, and the reduce_scatter threshold of every rank.
+  // A cache whose 2-threads line does not know reduce_scatter (0), nor where reduce's single copy
+  // falls behind, after `tries` set-ups; then a set-up of that shape: the line it leaves, and the
+  // reduce_scatter threshold of every rank.
   auto set_up_after = [&](int tries, size_t* threshold) {
-    REQUIRE(write_host_tuning(path, host_signature(),
-                              {host->cma_us, host->copy_gbs, {{"2-threads", 65536, 0, 4096, 131072, tries}}})
-                .ok());
+    REQUIRE(
+        write_host_tuning(path, host_signature(),
+                          {host->cma_us, host->copy_gbs, {{"2-threads", 65536, 0, 4096, 131072, 262144, 0, 0, tries}}})
+            .ok());
     detail::host_tuning_memo().known.reset();
     auto comms = Communicator::create_local(2, config);
     REQUIRE_MESSAGE(comms.ok(), comms.status().message());
@@ -249,6 +300,8 @@ TEST_CASE(
       CHECK(c->config().cma_reduce_bytes == 65536);  // known: kept, not timed again
       CHECK(c->config().direct_bytes == 4096);
       CHECK(c->config().cma_reduce_root_bytes == 131072);
+      CHECK(c->config().cma_reduce_until_bytes == 262144);
+      CHECK(c->config().cma_reduce_root_until_bytes == (*comms)[0]->config().cma_reduce_root_until_bytes);
       CHECK(c->config().cma_reduce_scatter_bytes == (*comms)[0]->config().cma_reduce_scatter_bytes);
     }
     *threshold = (*comms)[0]->config().cma_reduce_scatter_bytes;
@@ -265,6 +318,10 @@ TEST_CASE(
   CHECK(after.all_reduce == 65536);
   CHECK(after.direct == 4096);
   CHECK(after.reduce == 131072);
+  CHECK(after.all_reduce_until == 262144);
+  // reduce's walk went on from 256 KiB (twice 131072 was ahead): where it ends, or not known.
+  CHECK((after.reduce_until == 0 || after.reduce_until == kNoUpperBound ||
+         (after.reduce_until >= 512 * 1024 && after.reduce_until <= size_t{2} << 20)));
   // Measured, unless this set-up ran out of its budget too (a loaded host): the compiled-in value.
   CHECK(threshold == (after.reduce_scatter ? after.reduce_scatter : Config{}.cma_reduce_scatter_bytes));
   CHECK(threshold >= 16384);
@@ -272,6 +329,7 @@ TEST_CASE(
   after = set_up_after(kShapeTries, &threshold);
   CHECK(after.tries == kShapeTries);
   CHECK(after.reduce_scatter == 0);
+  CHECK(after.reduce_until == 0);
   CHECK(threshold == Config{}.cma_reduce_scatter_bytes);
   std::remove(path.c_str());
   unsetenv("DCOMM_HOST_TUNING_CACHE");

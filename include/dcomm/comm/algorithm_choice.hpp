@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dcomm/algo/direct.hpp"
@@ -96,6 +98,43 @@ inline bool single_copy_reads_pay(const CallShape& c, const Config& config, cons
   return config.cma_bytes && read >= oversubscribed_threshold(config.cma_bytes, link.load);
 }
 
+// all_reduce, reduce_scatter and reduce: single copy, through the kernel or only with every
+// buffer from mem_alloc (kSingleCopyIfRegistered); nothing below its threshold.
+// Through the kernel in the run of sizes where the host tuning found it ahead of the FIFO
+// algorithms, [DCOMM_CMA_REDUCE*_BYTES, the `_until`s): on the development machine (Intel Xeon)
+// it stayed ahead at every size timed, in place; on an AMD EPYC, 2 processes, all_reduce's fell
+// behind the ring from 256 KiB, in place as out of place (1.4-1.9x its time).
+// Out of place from DCOMM_CMA_OUT_OF_PLACE_BYTES, the ring (its staging stays in cache) moves
+// less memory than single copy through the kernel, whose writes into a peer's cold output read
+// each line first (all_reduce) and whose reads pin every page (reduce_scatter); below it the
+// buffers stay in cache. Where they cross moves with the last-level cache (figures:
+// docs/environment.md, DCOMM_CMA_OUT_OF_PLACE_BYTES).
+// With every rank's buffers from dcomm::mem_alloc, single copy reaches them by plain loads and
+// streaming stores and wins at every size; the ranks learn that from the descriptors it swaps
+// first, so this choice is deferred to them. Over kMaxTunedLoad ranks a core, single copy
+// through the kernel was slower than the ring out of place at every size measured (8 ranks on 2
+// cores; up to 2 a core it is ahead where the host tuning finds it: docs/benchmarking.md,
+// "Figures behind the comments"): only buffers from mem_alloc take it there (all_reduce's
+// staged through the ranks' blocks otherwise: dispatch.hpp). A reduce there takes the chain:
+// the descriptors single copy swaps first, to learn whether every buffer is from mem_alloc, cost
+// more than the ring it then ran (8 processes, 1-16 MiB: the chain alone 0.65-0.88x the time).
+inline std::optional<Algorithm> reduction_single_copy(const CallShape& c, const Config& config, const LinkModel& link) {
+  const auto [from, until] = c.kind == OpKind::kAllReduce
+                                 ? std::pair{config.cma_reduce_bytes, config.cma_reduce_until_bytes}
+                             : c.kind == OpKind::kReduceScatter
+                                 ? std::pair{config.cma_reduce_scatter_bytes, config.cma_reduce_scatter_until_bytes}
+                                 : std::pair{config.cma_reduce_root_bytes, config.cma_reduce_root_until_bytes};
+  const size_t bytes = c.bytes();
+  if (!from || bytes < from) return std::nullopt;
+  const bool over = link.load > kMaxTunedLoad;
+  if (c.kind == OpKind::kReduce && over) return Algorithm::kRing;  // the chain
+  // (a reduce counts as out of place: only its root's recv is given, so the ranks could see in
+  // place differently)
+  const bool kernel = bytes < until && ((c.in_place && c.kind != OpKind::kReduce) ||
+                                        (bytes < out_of_place_through_kernel(config, c.ranks) && !over));
+  return kernel ? Algorithm::kSingleCopy : Algorithm::kSingleCopyIfRegistered;
+}
+
 inline Choice choose_algorithm(const CallShape& c, const Config& config, bool single_copy,
                                const LinkModel& link = LinkModel{}) {
   if (c.ranks < 2 || c.count == 0) return {Algorithm::kRing, "trivial"};
@@ -125,37 +164,7 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
       case OpKind::kReduceScatter:
       case OpKind::kAllReduce:
       case OpKind::kReduce:
-        // Out of place from DCOMM_CMA_OUT_OF_PLACE_BYTES, the ring (its staging stays in cache)
-        // moves less memory than single copy through the kernel, whose writes into a peer's
-        // cold output read each line first (all_reduce) and whose reads pin every page
-        // (reduce_scatter); below it the buffers stay in cache and single copy is ahead. Where
-        // they cross moves with the last-level cache (figures: docs/environment.md,
-        // DCOMM_CMA_OUT_OF_PLACE_BYTES).
-        // In place single copy stays ahead. With every rank's buffers from dcomm::mem_alloc,
-        // single copy reaches them by plain loads and streaming stores and wins at every size;
-        // the ranks learn that from the descriptors it swaps first, so this choice is deferred
-        // to them. Over kMaxTunedLoad ranks a core, single copy through the kernel was slower
-        // than the ring out of place at every size measured (8 ranks on 2 cores; up to 2 a core
-        // it is ahead where the host tuning finds it: docs/benchmarking.md, "Figures behind
-        // the comments"): only buffers from mem_alloc take it there (all_reduce's staged
-        // through the ranks' blocks otherwise: dispatch.hpp). A reduce there takes the chain:
-        // the descriptors single copy swaps first, to learn whether every buffer is from
-        // mem_alloc, cost more than the ring it then ran (8 processes, 1-16 MiB: the chain
-        // alone 0.65-0.88x the time).
-        if (const size_t from = c.kind == OpKind::kAllReduce       ? config.cma_reduce_bytes
-                                : c.kind == OpKind::kReduceScatter ? config.cma_reduce_scatter_bytes
-                                                                   : config.cma_reduce_root_bytes;
-            from && bytes >= from) {
-          const bool over = link.load > kMaxTunedLoad;
-          if (c.kind == OpKind::kReduce && over) return {Algorithm::kRing, "measured"};
-          // (a reduce counts as out of place: only its root's recv is given, so the ranks
-          // could see in place differently)
-          return {(c.in_place && c.kind != OpKind::kReduce) ||
-                          (bytes < out_of_place_through_kernel(config, c.ranks) && !over)
-                      ? Algorithm::kSingleCopy
-                      : Algorithm::kSingleCopyIfRegistered,
-                  "measured"};
-        }
+        if (auto a = reduction_single_copy(c, config, link)) return {*a, "measured"};
         break;
       default: break;
     }

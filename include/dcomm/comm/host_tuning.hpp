@@ -14,7 +14,8 @@
 //                    down). Rounded to a power of two, 4 KiB to 1 MiB.
 //   DCOMM_CMA_REDUCE_BYTES, DCOMM_CMA_REDUCE_SCATTER_BYTES, DCOMM_CMA_REDUCE_ROOT_BYTES,
 //   DCOMM_DIRECT_BYTES
-//                    where single copy overtakes the FIFO algorithms, and up to where the
+//                    where single copy overtakes the FIFO algorithms and where it falls behind
+//                    them again (the run of sizes where it is ahead), and up to where the
 //                    direct exchange is ahead of them: timed side by side by every rank of the
 //                    first communicator of each shape on the host (ranks, and processes or
 //                    threads), since it takes them all (comm/tuning.hpp's tune_shape); kept in
@@ -58,26 +59,42 @@ DCOMM_NAMESPACE_BEGIN
 
 // The thresholds measured for communicators of one shape on this host ("2-processes",
 // "4-threads"): from which size single copy reduces ahead of the FIFO algorithms (all_reduce,
-// reduce_scatter, reduce), and up to which size the direct exchange is ahead (all_reduce).
-// A threshold is 0 where it is not known: the set-ups that measured the shape (`tries`) ran out
-// of their budget before it (a loaded host), and the compiled-in value serves until a later
-// set-up measures it (at most kShapeTries in all).
+// reduce_scatter, reduce) and from which it is behind them again (the `_until`s; kNoUpperBound:
+// not behind up to the largest size timed), and up to which size the direct exchange is ahead
+// (all_reduce). A threshold is 0 where it is not known: the set-ups that measured the shape
+// (`tries`) ran out of their budget before it (a loaded host), and the compiled-in value serves
+// until a later set-up measures it (at most kShapeTries in all).
 struct ShapeTuning {
   std::string shape;
   size_t all_reduce = 0, reduce_scatter = 0, direct = 0, reduce = 0;
+  size_t all_reduce_until = 0, reduce_scatter_until = 0, reduce_until = 0;
   int tries = 0;
 
-  bool complete() const { return all_reduce && reduce_scatter && direct && reduce; }
+  bool complete() const {
+    return all_reduce && reduce_scatter && direct && reduce && all_reduce_until && reduce_scatter_until && reduce_until;
+  }
 };
 inline constexpr int kShapeTries = 3;
 
 // A shape's one text form, in the cache's "shape" lines and in what rank 0 publishes at set-up.
 inline std::ostream& operator<<(std::ostream& out, const ShapeTuning& r) {
   return out << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << " " << r.direct << " " << r.reduce << " "
-             << r.tries;
+             << r.all_reduce_until << " " << r.reduce_scatter_until << " " << r.reduce_until << " " << r.tries;
 }
 inline std::istream& operator>>(std::istream& in, ShapeTuning& r) {
-  return in >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct >> r.reduce >> r.tries;
+  return in >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct >> r.reduce >> r.all_reduce_until >>
+         r.reduce_scatter_until >> r.reduce_until >> r.tries;
+}
+
+// A shape's thresholds for the log: "single copy reduces in [65536, 262144) bytes (all_reduce),
+// ...; direct up to 2048 bytes" (0: not known; "on": not behind again up to the largest size timed).
+inline std::string describe(const ShapeTuning& t) {
+  auto range = [](size_t from, size_t until) {
+    return until == kNoUpperBound ? detail::cat("[", from, ", on)") : detail::cat("[", from, ", ", until, ")");
+  };
+  return detail::cat("single copy reduces in ", range(t.all_reduce, t.all_reduce_until), " (all_reduce), ",
+                     range(t.reduce_scatter, t.reduce_scatter_until), " (reduce_scatter), ",
+                     range(t.reduce, t.reduce_until), " bytes (reduce); direct up to ", t.direct, " bytes");
 }
 
 struct HostMeasure {
@@ -102,8 +119,9 @@ struct HostTuning {
 namespace detail {
 // Raised when what the cache holds, or what its timings would find, changes (4: single copy folds
 // out-of-place tiles in the output, so it overtakes the ring at other sizes; 5: a shape line
-// counts its tries and leaves what the budget did not reach at 0).
-inline constexpr int kHostTuningFormat = 5;
+// counts its tries and leaves what the budget did not reach at 0; 6: and says where single copy
+// falls behind again).
+inline constexpr int kHostTuningFormat = 6;
 
 inline std::string first_field(const char* path, const std::string& key) {
   std::ifstream in(path);
@@ -251,10 +269,16 @@ inline ChosenThresholds chosen_thresholds(const Config& c) {
 
 // A shape's known thresholds go to `config`, except those a variable or the program chose.
 inline void apply_shape_tuning(Config& config, const ChosenThresholds& chosen, const ShapeTuning& t) {
-  if (!chosen.all_reduce && t.all_reduce) config.cma_reduce_bytes = t.all_reduce;
-  if (!chosen.reduce_scatter && t.reduce_scatter) config.cma_reduce_scatter_bytes = t.reduce_scatter;
+  auto take = [](bool chosen_from, size_t from, size_t until, size_t& config_from, size_t& config_until) {
+    if (chosen_from) return;  // unbounded from the value chosen
+    if (from) config_from = from;
+    if (until) config_until = until;
+  };
+  take(chosen.all_reduce, t.all_reduce, t.all_reduce_until, config.cma_reduce_bytes, config.cma_reduce_until_bytes);
+  take(chosen.reduce_scatter, t.reduce_scatter, t.reduce_scatter_until, config.cma_reduce_scatter_bytes,
+       config.cma_reduce_scatter_until_bytes);
+  take(chosen.reduce, t.reduce, t.reduce_until, config.cma_reduce_root_bytes, config.cma_reduce_root_until_bytes);
   if (!chosen.direct && t.direct) config.direct_bytes = t.direct;
-  if (!chosen.reduce && t.reduce) config.cma_reduce_root_bytes = t.reduce;
 }
 }  // namespace detail
 
@@ -340,8 +364,14 @@ inline Result<std::optional<ShapeTuning>> agree_host_tuning(Config& config, cons
   ShapeTuning known{shape};
   if (c.rank == 0 && config.host_tuned) {  // made from a tuned communicator: its values
     cma_bytes = config.cma_bytes;
-    known = {shape, config.cma_reduce_bytes, config.cma_reduce_scatter_bytes, config.direct_bytes,
-             config.cma_reduce_root_bytes};
+    known = {shape,
+             config.cma_reduce_bytes,
+             config.cma_reduce_scatter_bytes,
+             config.direct_bytes,
+             config.cma_reduce_root_bytes,
+             config.cma_reduce_until_bytes,
+             config.cma_reduce_scatter_until_bytes,
+             config.cma_reduce_root_until_bytes};
   } else if (c.rank == 0) {
     const HostTuning t = host_tuning();
     // Measured with the default FIFO slots; with others (DCOMM_SLOT_BYTES) the compiled-in values.
@@ -356,11 +386,9 @@ inline Result<std::optional<ShapeTuning>> agree_host_tuning(Config& config, cons
         kInfo, kSubsysTuning, c.rank, "host tuning ", t.source, ": process_vm_readv ", t.measured.cma_us,
         " us, copies in cache ", t.measured.copy_gbs, " GB/s -> single copy from ", cma_bytes, " bytes",
         chosen.cma ? detail::cat(" (not taken: DCOMM_CMA_BYTES or the program chose ", config.cma_bytes, ")") : "",
-        cached
-            ? detail::cat("; ", shape, ": single copy reduces from ", known.all_reduce, " (all_reduce), ",
-                          known.reduce_scatter, " (reduce_scatter), ", known.reduce, " bytes (reduce); direct up to ",
-                          known.direct, " bytes", known.complete() ? "" : " (0: not known, the compiled-in value)")
-            : "",
+        cached ? detail::cat("; ", shape, ": ", describe(known),
+                             known.complete() ? "" : " (0: not known, the compiled-in value)")
+               : "",
         measure ? detail::cat("; ", shape, ": ", cached ? "the rest of " : "", "its thresholds are measured at this ",
                               "set-up (try ", known.tries + 1, " of ", kShapeTries, ")")
                 : "");

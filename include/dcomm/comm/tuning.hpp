@@ -107,74 +107,128 @@ inline Status tune_link_model(LinkModel& link, int rank, int size, const RunColl
 
 namespace detail {
 inline constexpr double kShapeBudgetUs = 30'000;  // the bound on what a first set-up adds is 50 ms
-inline constexpr size_t kSingleCopyFirst = 16u << 10, kSingleCopyLast = 4u << 20;
+// Single copy's walks stop at 2 MiB: a call's fixed costs there are a few percent of its time
+// (AMD EPYC, 2 processes: the descriptors' swap about 5 us of all_reduce's 226), so what is
+// behind there stays behind, and the three walks fit the budget (4 MiB took it past 30 ms).
+inline constexpr size_t kSingleCopyFirst = 16u << 10, kSingleCopyLast = 2u << 20;
 
 // One walk up the sizes, doubling, that rank 0 makes: the next size to time (0: done) and what
-// it found. kFromTwiceAhead: the first of two sizes in a row where the candidate is ahead (behind
-// at the last size: twice it; 0 while nothing is found). kWhileAhead: the last size of the run,
-// from the first, where the candidate is ahead (`found` starts as the answer for none).
+// it found. kAheadRun: the run of sizes where the candidate is ahead. `found` is its first, the
+// first of two sizes in a row ahead (0 while none is); the walk then goes on to `until`, the
+// first of two sizes in a row behind after it (kNoUpperBound: not behind twice through the last
+// size). With no run by the last size: found = the last size, until = kNoUpperBound if the
+// candidate is ahead there, else the last size too (no size is in the run: by then a call's fixed
+// costs are small beside its bytes, so what is behind there stays behind). kWhileAhead: the
+// last size of the run, from the first, where the candidate is ahead (`found` starts as the
+// answer for none).
 struct SizeWalk {
-  enum class Rule { kFromTwiceAhead, kWhileAhead } rule;
-  size_t next, last, found = 0;
-  bool ahead_before = false;
+  enum class Rule { kAheadRun, kWhileAhead } rule;
+  size_t next, last, found = 0, until = 0;
+  bool before = false;  // the size before was ahead (looking for `found`) or behind (for `until`)
 
   void record(bool ahead) {
     const size_t at = next;
+    next = at < last ? 2 * at : 0;
     if (rule == Rule::kWhileAhead) {
       if (ahead) found = at;
-      next = ahead && at < last ? 2 * at : 0;
-    } else if (ahead && ahead_before) {
-      found = at / 2, next = 0;
-    } else if (at >= last) {
-      found = ahead ? at : 2 * at, next = 0;
-    } else {
-      next = 2 * at;
+      else next = 0;
+      return;
     }
-    ahead_before = ahead;
+    if (found) {  // where the run ends
+      if (!ahead && before) until = at / 2, next = 0;
+      before = !ahead;
+    } else if (ahead && before) {  // the run starts at the size before
+      found = at / 2, before = false;
+    } else if (!next) {
+      found = at, until = ahead ? kNoUpperBound : at;
+    } else {
+      before = ahead;
+    }
+    if (!next && !until) until = kNoUpperBound;
+  }
+
+  // Goes on from a run's start found by an earlier set-up (`found`, ahead there and at twice it).
+  void resume_from(size_t from) {
+    found = from, before = false;
+    next = from <= last / 4 ? 4 * from : 0;
+    if (!next) until = kNoUpperBound;
   }
 };
 
-// tune_shape's walks: single copy's all_reduce and reduce_scatter, 16 KiB to 4 MiB; the direct
+// tune_shape's walks: single copy's all_reduce and reduce_scatter, 16 KiB to 2 MiB; the direct
 // all_reduce, 4 KiB to 16 KiB (at most a slot), 2 KiB where it is behind at 4 KiB; single copy's
 // reduce, as the first two.
 inline constexpr size_t kShapeWalks = 4;
 inline std::array<SizeWalk, kShapeWalks> shape_walks(size_t slot_bytes) {
   using Rule = SizeWalk::Rule;
-  return {SizeWalk{Rule::kFromTwiceAhead, kSingleCopyFirst, kSingleCopyLast},
-          SizeWalk{Rule::kFromTwiceAhead, kSingleCopyFirst, kSingleCopyLast},
+  return {SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kSingleCopyLast},
+          SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kSingleCopyLast},
           SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048},
-          SizeWalk{Rule::kFromTwiceAhead, kSingleCopyFirst, kSingleCopyLast}};
+          SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kSingleCopyLast}};
 }
 
-// Call d with algorithms a and b, side by side: us[i], the slowest rank's mean. Enough calls a
-// round (about 100 us of them, 2 to 64, as the slowest rank saw one call of each) that the ranks'
-// skew at its start and end is small beside them, and few where a loaded host makes every call
-// slow.
+// The walks of a shape whose thresholds `known` has in part (an earlier set-up's, whose budget
+// ran out before the rest): those known are not walked again, a single-copy run whose start is
+// known goes on from it.
+inline std::array<SizeWalk, kShapeWalks> shape_walks_from(const ShapeTuning& known, size_t slot_bytes) {
+  std::array<SizeWalk, kShapeWalks> walks = shape_walks(slot_bytes);
+  const size_t had[kShapeWalks] = {known.all_reduce, known.reduce_scatter, known.direct, known.reduce};
+  const size_t had_until[kShapeWalks] = {known.all_reduce_until, known.reduce_scatter_until, 0, known.reduce_until};
+  for (size_t k = 0; k < kShapeWalks; ++k) {
+    if (!had[k]) continue;
+    walks[k].next = 0, walks[k].found = had[k], walks[k].until = had_until[k];
+    if (walks[k].rule == SizeWalk::Rule::kAheadRun && !had_until[k]) walks[k].resume_from(had[k]);
+  }
+  return walks;
+}
+
+// What rank 0's walks found, on every rank: a threshold where the budget ran out before it is 0,
+// the compiled-in value until a later set-up measures it.
+inline Result<ShapeTuning> agree_walks(const RunCollective& run, int rank,
+                                       const std::array<SizeWalk, kShapeWalks>& walks, const ShapeTuning& known) {
+  constexpr size_t n = kShapeWalks;
+  double found[2 * n] = {};  // each walk's found, then its until
+  if (rank == 0)
+    for (size_t k = 0; k < n; ++k)
+      found[k] = static_cast<double>(walks[k].found), found[n + k] = static_cast<double>(walks[k].until);
+  DCOMM_RETURN_IF_ERROR(max_over_ranks(run, found, 2 * n));
+  const auto got = [&](size_t k) { return static_cast<size_t>(found[k]); };
+  return ShapeTuning{known.shape, got(0), got(1), got(2), got(3), got(n), got(n + 1), got(n + 3), known.tries + 1};
+}
+
+// Call d with algorithms a and b, side by side: us[i], the slowest rank's best of three means.
+// Enough calls a mean (about 100 us of them, 1 to 64, as the slowest rank saw one call of each)
+// that the ranks' skew at its start and end is small beside them, and few where a call is long
+// or a loaded host makes every call slow.
 inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algorithm (&algorithms)[2], double us[2]) {
+  Status s;
   for (int i = 0; i < 2; ++i) {
-    const auto call = [&] { return run(d, algorithms[i]); };
-    DCOMM_RETURN_IF_ERROR(call());  // connects the links it needs, faults the pages in
-    auto one = timed_us(1, call);
-    if (!one.ok()) return one.status();
-    us[i] = *one;
+    const auto call = [&] {
+      if (s.ok()) s = run(d, algorithms[i]);
+    };
+    call();  // connects the links it needs, faults the pages in
+    us[i] = best_mean_us(1, 1, call);
   }
+  DCOMM_RETURN_IF_ERROR(s);
   DCOMM_RETURN_IF_ERROR(max_over_ranks(run, us, 2));
-  const int iters = static_cast<int>(std::clamp(100.0 / std::max({us[0], us[1], 0.05}), 2.0, 64.0));
-  for (int i = 0; i < 2; ++i) {
-    auto mean = timed_us(iters, [&] { return run(d, algorithms[i]); });
-    if (!mean.ok()) return mean.status().with_context("timing the thresholds of this shape (the host tuning)");
-    us[i] = *mean;
-  }
+  const int iters = static_cast<int>(std::clamp(100.0 / std::max({us[0], us[1], 0.05}), 1.0, 64.0));
+  for (int i = 0; i < 2; ++i)
+    us[i] = best_mean_us(3, iters, [&] {
+      if (s.ok()) s = run(d, algorithms[i]);
+    });
+  if (!s.ok()) return s.with_context("timing the thresholds of this shape (the host tuning)");
   return max_over_ranks(run, us, 2);
 }
 }  // namespace detail
 
 // Collective over a communicator whose ranks can all read each other's memory (one host, at
 // most kAllPeerMaxRanks): from which size single copy is ahead of what the cost model would run
-// otherwise, for all_reduce, reduce_scatter and reduce (to rank 0), and up to which size the
-// direct all_reduce is (shape_walks). Each candidate and the alternative are timed side by side
-// (float32 sums; slowest_us), out of place (a shape is timed up to kMaxTunedLoad ranks a core,
-// where out-of-place reductions go through the kernel too). A round times one size of one walk,
+// otherwise, and from which it is behind again, for all_reduce, reduce_scatter and reduce (to
+// rank 0), and up to which size the direct all_reduce is (shape_walks). Each candidate and the
+// alternative are timed side by side (float32 sums; slowest_us), out of place (a shape is timed
+// up to kMaxTunedLoad ranks a core, where out-of-place reductions go through the kernel too); the
+// sizes found serve in place too (AMD EPYC, 2 processes: single copy's all_reduce 1.4-1.9x the
+// ring's time from 256 KiB in place as out of place). A round times one size of one walk,
 // the smallest next one; rank 0 plans every round and ends the walks where the next (a size
 // twice the last, about twice its time) would pass 30 ms, so all ranks make the same calls and
 // take the same values. Rank 0 adds them to the host's cache under the shape. A threshold a
@@ -193,10 +247,7 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   Config without[kWalks] = {config, config, config, config};
   without[0].cma_reduce_bytes = without[1].cma_reduce_scatter_bytes = without[2].direct_bytes = 0;
   without[3].cma_reduce_root_bytes = 0;
-  std::array<detail::SizeWalk, kWalks> walks = detail::shape_walks(config.slot_bytes);
-  const size_t had[kWalks] = {known.all_reduce, known.reduce_scatter, known.direct, known.reduce};
-  for (size_t k = 0; k < kWalks; ++k)
-    if (had[k]) walks[k].next = 0, walks[k].found = had[k];
+  std::array<detail::SizeWalk, kWalks> walks = detail::shape_walks_from(known, config.slot_bytes);
   // The links to every peer first (the direct exchange talks to each), off the budget's clock:
   // a cost the first collectives would pay anyway, which made the first round look long enough
   // (over 10 ms, 4 processes on 2 cores) that the budget ended every walk after it.
@@ -212,8 +263,8 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
     round_start = now;
     if (rank == 0 &&
         std::chrono::duration<double, std::micro>(now - t0).count() + 2 * last_round_us > detail::kShapeBudgetUs)
-      for (detail::SizeWalk& w : walks)
-        if (w.next) w.next = 0, w.found = 0;  // not reached: not known
+      for (detail::SizeWalk& w : walks)  // not reached: not known (a run's start found stays)
+        if (w.next) w.next = 0, w.found = w.rule == detail::SizeWalk::Rule::kAheadRun ? w.found : 0;
     if (rank == 0) {
       const auto k = std::min_element(walks.begin(), walks.end(), [](const auto& a, const auto& b) {
         return a.next != 0 && (b.next == 0 || a.next < b.next);
@@ -236,21 +287,15 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
                            " us, ", to_string(algorithms[1]), " ", us[1], " us;");
     walks[k].record(us[1] < us[0]);
   }
-  double found[kWalks] = {0, 0, 0, 0};
-  if (rank == 0)
-    for (size_t k = 0; k < kWalks; ++k) found[k] = static_cast<double>(walks[k].found);
-  DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, found, kWalks));
-  // Where the budget ran out before a crossing: 0, the compiled-in value until a later set-up
-  // measures it.
-  const auto got = [&](size_t k) { return static_cast<size_t>(found[k]); };
-  const ShapeTuning t{known.shape, got(0), got(1), got(2), got(3), known.tries + 1};
+  auto found = detail::agree_walks(run, rank, walks, known);
+  if (!found.ok()) return found.status();
+  const ShapeTuning& t = *found;
   const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
   detail::apply_shape_tuning(config, chosen, t);
   if (rank == 0) {
-    DCOMM_LOG(kInfo, kSubsysTuning, rank, t.shape, ": single copy reduces from ", t.all_reduce, " (all_reduce), ",
-              t.reduce_scatter, " (reduce_scatter), ", t.reduce, " bytes (reduce), direct up to ", t.direct,
-              " bytes; measured in ", std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), " ms (try ",
-              t.tries, " of ", kShapeTries, ")",
+    DCOMM_LOG(kInfo, kSubsysTuning, rank, t.shape, ": ", describe(t), "; measured in ",
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), " ms (try ", t.tries, " of ",
+              kShapeTries, ")",
               t.complete() ? ""
               : t.tries < kShapeTries
                   ? " (the budget ran out: 0 is not known, the compiled-in value, until a later set-up)"

@@ -108,6 +108,10 @@ inline Result<std::array<std::string, 5>> parse_algo(const std::string& text) {
   return forced;
 }
 
+// A size threshold's "none": larger than any call (and exact as a double, as the tuning's values
+// travel between ranks).
+inline constexpr size_t kNoUpperBound = size_t{1} << 60;
+
 struct Config {
   // Longest a wait may go without progress before the call fails (DCOMM_TIMEOUT_MS).
   std::chrono::milliseconds timeout{60'000};
@@ -174,6 +178,14 @@ struct Config {
   // DCOMM_CMA_REDUCE_ROOT_BYTES: the same for reduce (to a root: single copy writes the root's
   // output only); unset, DCOMM_CMA_REDUCE_SCATTER_BYTES's value. The host tuning measures it.
   size_t cma_reduce_root_bytes = 1u << 20;
+  // Up to where those three reduce through the kernel (below this size; from it, only when
+  // every rank's buffers are from dcomm::mem_alloc): the host tuning finds where single copy
+  // falls behind again (comm/tuning.hpp's SizeWalk; AMD EPYC, 2 processes: all_reduce's single
+  // copy behind the ring from 256 KiB). No variable: one that sets the lower threshold leaves
+  // these unbounded.
+  size_t cma_reduce_until_bytes = kNoUpperBound;
+  size_t cma_reduce_scatter_until_bytes = kNoUpperBound;
+  size_t cma_reduce_root_until_bytes = kNoUpperBound;
   // DCOMM_CMA_OUT_OF_PLACE_BYTES: out-of-place all_reduce and reduce_scatter calls from this
   // size take single copy only when every rank's buffers are from dcomm::mem_alloc; below it,
   // through the kernel too (measured on 2 ranks, 2026-12-03: ahead of the ring at 16 MiB, behind
