@@ -143,6 +143,19 @@ TEST_CASE(
   CHECK(walks[0].next == 32768);
   CHECK(walks[1].next == 16384);                     // each walks on its own
   CHECK(detail::shape_walks(8192)[2].last == 8192);  // direct takes at most a slot
+  // The order: the direct exchange's walk, then single copy's one after another, each to its end.
+  auto order = detail::shape_walks(Config{}.slot_bytes);
+  CHECK(detail::next_walk(order) == 2);
+  order[2].record(false);  // behind at 4 KiB: done
+  CHECK(detail::next_walk(order) == 0);
+  order[0].record(true);
+  CHECK(detail::next_walk(order) == 0);  // all_reduce's walk goes on
+  order[0].next = 0;
+  CHECK(detail::next_walk(order) == 1);
+  order[1].next = 0;
+  CHECK(detail::next_walk(order) == 3);
+  order[3].next = 0;
+  CHECK(detail::next_walk(order) == detail::kShapeWalks);
   // A later set-up goes on from a start an earlier one found (ahead there and at twice it).
   walks[0].resume_from(64 * K);
   CHECK(walks[0].next == 256 * K);

@@ -167,6 +167,16 @@ inline std::array<SizeWalk, kShapeWalks> shape_walks(size_t slot_bytes) {
           SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kSingleCopyLast}};
 }
 
+// Which walk times next (kShapeWalks: none): the direct exchange's first (its sizes are the
+// smallest), then single copy's, each to its end before the next starts, so that a set-up whose
+// budget ends mid-way leaves whole walks known for the next (a walk cut before its run starts
+// keeps nothing, and interleaved, 4 processes on 2 cores never finished one in three set-ups).
+inline size_t next_walk(const std::array<SizeWalk, kShapeWalks>& walks) {
+  for (size_t k : {size_t{2}, size_t{0}, size_t{1}, size_t{3}})
+    if (walks[k].next) return k;
+  return kShapeWalks;
+}
+
 // The walks of a shape whose thresholds `known` has in part (an earlier set-up's, whose budget
 // ran out before the rest): those known are not walked again, a single-copy run whose start is
 // known goes on from it.
@@ -228,9 +238,9 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // alternative are timed side by side (float32 sums; slowest_us), out of place (a shape is timed
 // up to kMaxTunedLoad ranks a core, where out-of-place reductions go through the kernel too); the
 // sizes found serve in place too (AMD EPYC, 2 processes: single copy's all_reduce 1.4-1.9x the
-// ring's time from 256 KiB in place as out of place). A round times one size of one walk,
-// the smallest next one; rank 0 plans every round and ends the walks where the next (a size
-// twice the last, about twice its time) would pass 30 ms, so all ranks make the same calls and
+// ring's time from 256 KiB in place as out of place). A round times one size of one walk, in
+// next_walk's order; rank 0 plans every round and ends the walks where the next (a size twice
+// its walk's last, about twice its time) would pass 30 ms, so all ranks make the same calls and
 // take the same values. Rank 0 adds them to the host's cache under the shape. A threshold a
 // variable or the program chose is timed but not changed. The thresholds `known` has (an earlier
 // set-up's, whose budget ran out before the rest) are not timed again; those this one does not
@@ -254,24 +264,24 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   DCOMM_RETURN_IF_ERROR(run(OpDesc{OpKind::kAllReduce, in.data(), out.data(), 1, DataType::kFloat32, ReduceOp::kSum},
                             Algorithm::kDirect));
   const auto t0 = Clock::now();
-  auto round_start = t0;
+  const auto us_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+  };
   std::string timings;
-  for (double last_round_us = 0;;) {
+  double round_us[kWalks] = {};  // each walk's last round (rank 0's)
+  for (;;) {
     double plan[kWalks] = {0, 0, 0, 0};
-    const auto now = Clock::now();
-    if (round_start != t0) last_round_us = std::chrono::duration<double, std::micro>(now - round_start).count();
-    round_start = now;
-    if (rank == 0 &&
-        std::chrono::duration<double, std::micro>(now - t0).count() + 2 * last_round_us > detail::kShapeBudgetUs)
-      for (detail::SizeWalk& w : walks)  // not reached: not known (a run's start found stays)
-        if (w.next) w.next = 0, w.found = w.rule == detail::SizeWalk::Rule::kAheadRun ? w.found : 0;
     if (rank == 0) {
-      const auto k = std::min_element(walks.begin(), walks.end(), [](const auto& a, const auto& b) {
-        return a.next != 0 && (b.next == 0 || a.next < b.next);
-      });
-      plan[k - walks.begin()] = static_cast<double>(k->next);
+      // The next round is about twice its walk's last; where it would pass the budget, the walks
+      // end here. Not reached: not known (a run's start found stays).
+      if (const size_t k = detail::next_walk(walks);
+          k < kWalks && us_since(t0) + 2 * round_us[k] > detail::kShapeBudgetUs)
+        for (detail::SizeWalk& w : walks)
+          if (w.next) w.next = 0, w.found = w.rule == detail::SizeWalk::Rule::kAheadRun ? w.found : 0;
+      if (const size_t k = detail::next_walk(walks); k < kWalks) plan[k] = static_cast<double>(walks[k].next);
     }
     DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, plan, kWalks));
+    const auto round_start = Clock::now();
     const auto k = static_cast<size_t>(std::find_if(plan, plan + kWalks, [](double v) { return v > 0; }) - plan);
     if (k == kWalks) break;
     const bool rs = kinds[k] == OpKind::kReduceScatter;
@@ -283,6 +293,7 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
     DCOMM_RETURN_IF_ERROR(detail::slowest_us(
         run, OpDesc{kinds[k], in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum}, algorithms, us));
     if (rank != 0) continue;
+    round_us[k] = us_since(round_start);
     timings += detail::cat(" ", to_string(kinds[k]), " ", call.bytes(), ": ", to_string(algorithms[0]), " ", us[0],
                            " us, ", to_string(algorithms[1]), " ", us[1], " us;");
     walks[k].record(us[1] < us[0]);
