@@ -51,8 +51,8 @@ TEST_CASE(
   CHECK(why.find("unreadable") != std::string::npos);
   HostMeasure with_shapes{0.5,
                           20,
-                          {{"2-processes", 32768, 2097152, 8192, 131072, 262144, 2097152, kNoUpperBound, 2},
-                           {"4-threads", 65536, 1048576, 2048, 65536, 0, 0, 0, 1}}};
+                          {{"2-processes", 32768, 2097152, 8192, 131072, 262144, 2097152, kNoUpperBound, 0, 0, 0, 2},
+                           {"4-threads", 65536, 1048576, 2048, 65536, 0, 0, 0, 524288, 0, 16384, 1}}};
   REQUIRE(write_host_tuning(path, sig, with_shapes).ok());
   back = read_host_tuning(path, sig, &why);
   REQUIRE(back);
@@ -65,7 +65,11 @@ TEST_CASE(
   CHECK(back->for_shape("2-processes")->all_reduce_until == 262144);
   CHECK(back->for_shape("2-processes")->reduce_scatter_until == 2097152);
   CHECK(back->for_shape("2-processes")->reduce_until == kNoUpperBound);
-  CHECK(back->for_shape("4-threads")->all_reduce_until == 0);  // not known
+  CHECK(back->for_shape("4-threads")->all_reduce_until == 0);      // not known
+  CHECK(back->for_shape("4-threads")->all_reduce_next == 524288);  // where a later set-up goes on
+  CHECK(back->for_shape("4-threads")->reduce_scatter_next == 0);
+  CHECK(back->for_shape("4-threads")->reduce_next == 16384);
+  CHECK(back->for_shape("4-threads")->tries == 1);
   CHECK(back->for_shape("2-processes")->tries == 2);
   CHECK_FALSE(back->for_shape("3-threads"));
   std::ofstream(path, std::ios::app) << "shape 8-threads lots 1 1\n";
@@ -156,15 +160,48 @@ TEST_CASE(
   CHECK(detail::next_walk(order) == 3);
   order[3].next = 0;
   CHECK(detail::next_walk(order) == detail::kShapeWalks);
-  // A later set-up goes on from a start an earlier one found (ahead there and at twice it).
-  walks[0].resume_from(64 * K);
-  CHECK(walks[0].next == 256 * K);
-  walks[0].record(false);
-  walks[0].record(false);
-  is({walks[0].found, walks[0].until}, 64 * K, 256 * K);
-  walks[1].resume_from(M);  // ahead at 1 and 2 MiB, the last size
-  is({walks[1].found, walks[1].until}, M, kNoUpperBound);
-  CHECK(walks[1].next == 0);
+  // A set-up's budget ends the walks: each keeps where it got, and a later set-up goes on there
+  // through the cache line's fields.
+  auto cut = detail::shape_walks(Config{}.slot_bytes);
+  for (bool a : {false, false, true, true, false}) cut[0].record(a);  // a run from 64 KiB; behind at 256 KiB
+  for (bool a : {false, true}) cut[1].record(a);                      // ahead at 32 KiB
+  cut[3].record(false);
+  cut[2].record(true);  // direct ahead at 4 KiB
+  for (detail::SizeWalk& w : cut) w.end_early();
+  for (const detail::SizeWalk& w : cut) CHECK(w.next == 0);
+  CHECK(cut[0].found == 64 * K);
+  CHECK(cut[0].until == 0);      // not known
+  CHECK(cut[0].cut == 256 * K);  // behind there: timed again, the first of two in a row
+  CHECK(cut[1].cut == 32 * K);   // ahead there: the same
+  CHECK(cut[3].cut == 32 * K);   // behind at 16 KiB, with no run started: 32 KiB is next
+  CHECK(cut[2].found == 0);      // the direct exchange's walk starts again
+  CHECK(cut[2].cut == 0);
+  ShapeTuning known{"2-processes"};
+  known.all_reduce = cut[0].found, known.all_reduce_next = cut[0].cut;
+  known.reduce_scatter_next = cut[1].cut, known.reduce_next = cut[3].cut;
+  auto later = detail::shape_walks_from(known, Config{}.slot_bytes);
+  CHECK(later[2].next == 4096);
+  CHECK(later[0].next == 256 * K);
+  later[0].record(false);
+  later[0].record(false);
+  is({later[0].found, later[0].until}, 64 * K, 256 * K);  // as one walk through would have found
+  CHECK(later[1].next == 32 * K);
+  later[1].record(true);
+  later[1].record(true);
+  CHECK(later[1].found == 32 * K);
+  CHECK(later[3].next == 32 * K);
+  CHECK(later[3].found == 0);
+  // Known whole: not walked again.
+  known.all_reduce_until = 512 * K, known.all_reduce_next = 0, known.direct = 8192, known.reduce = M,
+  known.reduce_until = kNoUpperBound, known.reduce_next = 0;
+  later = detail::shape_walks_from(known, Config{}.slot_bytes);
+  CHECK(later[0].next == 0);
+  is({later[0].found, later[0].until}, 64 * K, 512 * K);
+  CHECK(later[2].next == 0);
+  CHECK(later[2].found == 8192);
+  CHECK(later[3].next == 0);
+  is({later[3].found, later[3].until}, M, kNoUpperBound);
+  CHECK(later[1].next == 32 * K);  // still cut
 }
 
 TEST_CASE(
@@ -302,10 +339,11 @@ TEST_CASE(
   // falls behind, after `tries` set-ups; then a set-up of that shape: the line it leaves, and the
   // reduce_scatter threshold of every rank.
   auto set_up_after = [&](int tries, size_t* threshold) {
-    REQUIRE(
-        write_host_tuning(path, host_signature(),
-                          {host->cma_us, host->copy_gbs, {{"2-threads", 65536, 0, 4096, 131072, 262144, 0, 0, tries}}})
-            .ok());
+    REQUIRE(write_host_tuning(path, host_signature(),
+                              {host->cma_us,
+                               host->copy_gbs,
+                               {{"2-threads", 65536, 0, 4096, 131072, 262144, 0, 0, 0, 0, 512 * 1024, tries}}})
+                .ok());
     detail::host_tuning_memo().known.reset();
     auto comms = Communicator::create_local(2, config);
     REQUIRE_MESSAGE(comms.ok(), comms.status().message());
@@ -332,9 +370,11 @@ TEST_CASE(
   CHECK(after.direct == 4096);
   CHECK(after.reduce == 131072);
   CHECK(after.all_reduce_until == 262144);
-  // reduce's walk went on from 256 KiB (twice 131072 was ahead): where it ends, or not known.
-  CHECK((after.reduce_until == 0 || after.reduce_until == kNoUpperBound ||
-         (after.reduce_until >= 512 * 1024 && after.reduce_until <= size_t{2} << 20)));
+  // reduce's walk went on from 512 KiB, where the cache says it was cut: where it ends, or where
+  // it was cut again.
+  CHECK((after.reduce_until == kNoUpperBound ||
+         (after.reduce_until >= 512 * 1024 && after.reduce_until <= size_t{2} << 20)) == (after.reduce_next == 0));
+  CHECK((after.reduce_next == 0 || after.reduce_next >= 512 * 1024));
   // Measured, unless this set-up ran out of its budget too (a loaded host): the compiled-in value.
   CHECK(threshold == (after.reduce_scatter ? after.reduce_scatter : Config{}.cma_reduce_scatter_bytes));
   CHECK(threshold >= 16384);
@@ -343,6 +383,7 @@ TEST_CASE(
   CHECK(after.tries == kShapeTries);
   CHECK(after.reduce_scatter == 0);
   CHECK(after.reduce_until == 0);
+  CHECK(after.reduce_next == 512 * 1024);  // as it was
   CHECK(threshold == Config{}.cma_reduce_scatter_bytes);
   std::remove(path.c_str());
   unsetenv("DCOMM_HOST_TUNING_CACHE");

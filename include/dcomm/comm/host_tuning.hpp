@@ -63,27 +63,35 @@ DCOMM_NAMESPACE_BEGIN
 // not behind up to the largest size timed), and up to which size the direct exchange is ahead
 // (all_reduce). A threshold is 0 where it is not known: the set-ups that measured the shape
 // (`tries`) ran out of their budget before it (a loaded host), and the compiled-in value serves
-// until a later set-up measures it (at most kShapeTries in all).
+// until a later set-up measures it (at most kShapeTries in all), going on from the size where
+// the walk was cut (the `_next`s; 0: not cut).
 struct ShapeTuning {
   std::string shape;
   size_t all_reduce = 0, reduce_scatter = 0, direct = 0, reduce = 0;
   size_t all_reduce_until = 0, reduce_scatter_until = 0, reduce_until = 0;
+  size_t all_reduce_next = 0, reduce_scatter_next = 0, reduce_next = 0;
   int tries = 0;
 
   bool complete() const {
     return all_reduce && reduce_scatter && direct && reduce && all_reduce_until && reduce_scatter_until && reduce_until;
   }
 };
-inline constexpr int kShapeTries = 3;
+// Every set-up that measures times at least one size (its first round is never cut), and one
+// that runs out of the budget keeps where each walk got, so that the next goes on from there.
+// 4 processes on 2 cores of an AMD EPYC with a memory hog on one core ended the walks in 4
+// set-ups; with 3 tries, each going on only from a run's start, no single-copy walk ended.
+inline constexpr int kShapeTries = 8;
 
 // A shape's one text form, in the cache's "shape" lines and in what rank 0 publishes at set-up.
 inline std::ostream& operator<<(std::ostream& out, const ShapeTuning& r) {
   return out << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << " " << r.direct << " " << r.reduce << " "
-             << r.all_reduce_until << " " << r.reduce_scatter_until << " " << r.reduce_until << " " << r.tries;
+             << r.all_reduce_until << " " << r.reduce_scatter_until << " " << r.reduce_until << " " << r.all_reduce_next
+             << " " << r.reduce_scatter_next << " " << r.reduce_next << " " << r.tries;
 }
 inline std::istream& operator>>(std::istream& in, ShapeTuning& r) {
   return in >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct >> r.reduce >> r.all_reduce_until >>
-         r.reduce_scatter_until >> r.reduce_until >> r.tries;
+         r.reduce_scatter_until >> r.reduce_until >> r.all_reduce_next >> r.reduce_scatter_next >> r.reduce_next >>
+         r.tries;
 }
 
 // A shape's thresholds for the log: "single copy reduces in [65536, 262144) bytes (all_reduce),
@@ -120,8 +128,8 @@ namespace detail {
 // Raised when what the cache holds, or what its timings would find, changes (4: single copy folds
 // out-of-place tiles in the output, so it overtakes the ring at other sizes; 5: a shape line
 // counts its tries and leaves what the budget did not reach at 0; 6: and says where single copy
-// falls behind again).
-inline constexpr int kHostTuningFormat = 6;
+// falls behind again; 7: and where the budget cut each walk).
+inline constexpr int kHostTuningFormat = 7;
 
 inline std::string first_field(const char* path, const std::string& key) {
   std::ifstream in(path);

@@ -125,6 +125,7 @@ struct SizeWalk {
   enum class Rule { kAheadRun, kWhileAhead } rule;
   size_t next, last, found = 0, until = 0;
   bool before = false;  // the size before was ahead (looking for `found`) or behind (for `until`)
+  size_t cut = 0;       // where a set-up's budget ended it, the size to go on from (end_early)
 
   void record(bool ahead) {
     const size_t at = next;
@@ -147,12 +148,19 @@ struct SizeWalk {
     if (!next && !until) until = kNoUpperBound;
   }
 
-  // Goes on from a run's start found by an earlier set-up (`found`, ahead there and at twice it).
-  void resume_from(size_t from) {
-    found = from, before = false;
-    next = from <= last / 4 ? 4 * from : 0;
-    if (!next) until = kNoUpperBound;
+  // Ends here, out of the budget: a kAheadRun walk keeps where it got for a later set-up (a
+  // run's start, and `cut`: the size it would time next, or the one before where that one is
+  // the first of two in a row, to be timed again); a kWhileAhead one knows nothing (its sizes are
+  // the smallest, its walk the first: it starts again).
+  void end_early() {
+    cut = rule == Rule::kAheadRun ? (before ? next / 2 : next) : 0;
+    found = rule == Rule::kAheadRun ? found : 0;
+    next = 0;
   }
+
+  // Goes on at `at`, where an earlier set-up's budget ended it (`cut`), with its run's start if
+  // that one found it.
+  void resume_at(size_t at) { next = at, before = false; }
 };
 
 // tune_shape's walks: single copy's all_reduce and reduce_scatter, 16 KiB to 2 MiB; the direct
@@ -177,17 +185,34 @@ inline size_t next_walk(const std::array<SizeWalk, kShapeWalks>& walks) {
   return kShapeWalks;
 }
 
-// The walks of a shape whose thresholds `known` has in part (an earlier set-up's, whose budget
-// ran out before the rest): those known are not walked again, a single-copy run whose start is
-// known goes on from it.
+// Each walk's thresholds in a ShapeTuning, in shape_walks' order: its start, its end (none for
+// the direct exchange's) and where an earlier set-up's budget ended it.
+struct WalkFields {
+  size_t ShapeTuning::*found;
+  size_t ShapeTuning::*until;
+  size_t ShapeTuning::*next;
+};
+inline constexpr WalkFields kWalkFields[kShapeWalks] = {
+    {&ShapeTuning::all_reduce, &ShapeTuning::all_reduce_until, &ShapeTuning::all_reduce_next},
+    {&ShapeTuning::reduce_scatter, &ShapeTuning::reduce_scatter_until, &ShapeTuning::reduce_scatter_next},
+    {&ShapeTuning::direct, nullptr, nullptr},
+    {&ShapeTuning::reduce, &ShapeTuning::reduce_until, &ShapeTuning::reduce_next}};
+
+// The walks of a shape whose thresholds `known` has in part (earlier set-ups', whose budget ran
+// out before the rest): those known are not walked again, one an earlier set-up cut goes on
+// where it was cut, with its run's start if found.
 inline std::array<SizeWalk, kShapeWalks> shape_walks_from(const ShapeTuning& known, size_t slot_bytes) {
   std::array<SizeWalk, kShapeWalks> walks = shape_walks(slot_bytes);
-  const size_t had[kShapeWalks] = {known.all_reduce, known.reduce_scatter, known.direct, known.reduce};
-  const size_t had_until[kShapeWalks] = {known.all_reduce_until, known.reduce_scatter_until, 0, known.reduce_until};
   for (size_t k = 0; k < kShapeWalks; ++k) {
-    if (!had[k]) continue;
-    walks[k].next = 0, walks[k].found = had[k], walks[k].until = had_until[k];
-    if (walks[k].rule == SizeWalk::Rule::kAheadRun && !had_until[k]) walks[k].resume_from(had[k]);
+    const WalkFields& f = kWalkFields[k];
+    SizeWalk& w = walks[k];
+    const size_t until = f.until ? known.*f.until : 0, cut = f.next ? known.*f.next : 0;
+    if (cut) {
+      w.found = known.*f.found;
+      w.resume_at(cut);
+    } else if (known.*f.found && (until || !f.until)) {
+      w.next = 0, w.found = known.*f.found, w.until = until;
+    }
   }
   return walks;
 }
@@ -197,13 +222,20 @@ inline std::array<SizeWalk, kShapeWalks> shape_walks_from(const ShapeTuning& kno
 inline Result<ShapeTuning> agree_walks(const RunCollective& run, int rank,
                                        const std::array<SizeWalk, kShapeWalks>& walks, const ShapeTuning& known) {
   constexpr size_t n = kShapeWalks;
-  double found[2 * n] = {};  // each walk's found, then its until
+  double found[3 * n] = {};  // each walk's found, until and cut
   if (rank == 0)
     for (size_t k = 0; k < n; ++k)
-      found[k] = static_cast<double>(walks[k].found), found[n + k] = static_cast<double>(walks[k].until);
-  DCOMM_RETURN_IF_ERROR(max_over_ranks(run, found, 2 * n));
-  const auto got = [&](size_t k) { return static_cast<size_t>(found[k]); };
-  return ShapeTuning{known.shape, got(0), got(1), got(2), got(3), got(n), got(n + 1), got(n + 3), known.tries + 1};
+      for (size_t i = 0; i < 3; ++i)
+        found[3 * k + i] = static_cast<double>(i == 0 ? walks[k].found : i == 1 ? walks[k].until : walks[k].cut);
+  DCOMM_RETURN_IF_ERROR(max_over_ranks(run, found, 3 * n));
+  ShapeTuning t{known.shape};
+  t.tries = known.tries + 1;
+  for (size_t k = 0; k < n; ++k) {
+    const WalkFields& f = kWalkFields[k];
+    t.*f.found = static_cast<size_t>(found[3 * k]);
+    if (f.until) t.*f.until = static_cast<size_t>(found[3 * k + 1]), t.*f.next = static_cast<size_t>(found[3 * k + 2]);
+  }
+  return t;
 }
 
 // Call d with algorithms a and b, side by side: us[i], the slowest rank's best of three means.
@@ -244,7 +276,8 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // take the same values. Rank 0 adds them to the host's cache under the shape. A threshold a
 // variable or the program chose is timed but not changed. The thresholds `known` has (an earlier
 // set-up's, whose budget ran out before the rest) are not timed again; those this one does not
-// reach either stay 0 in the cache, for a later set-up (host_tuning.hpp's kShapeTries).
+// reach either stay 0 in the cache, with the size where each walk was cut, for a later set-up
+// to go on from (host_tuning.hpp's kShapeTries).
 inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, const ShapeTuning& known,
                          const RunCollective& run) {
   using Clock = std::chrono::steady_clock;
@@ -273,11 +306,11 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
     double plan[kWalks] = {0, 0, 0, 0};
     if (rank == 0) {
       // The next round is about twice its walk's last; where it would pass the budget, the walks
-      // end here. Not reached: not known (a run's start found stays).
+      // end here (SizeWalk::end_early: where each got is kept).
       if (const size_t k = detail::next_walk(walks);
           k < kWalks && us_since(t0) + 2 * round_us[k] > detail::kShapeBudgetUs)
         for (detail::SizeWalk& w : walks)
-          if (w.next) w.next = 0, w.found = w.rule == detail::SizeWalk::Rule::kAheadRun ? w.found : 0;
+          if (w.next) w.end_early();
       if (const size_t k = detail::next_walk(walks); k < kWalks) plan[k] = static_cast<double>(walks[k].next);
     }
     DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, plan, kWalks));
