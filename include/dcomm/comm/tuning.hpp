@@ -224,9 +224,11 @@ inline Result<ShapeTuning> agree_walks(const RunCollective& run, int rank,
   constexpr size_t n = kShapeWalks;
   double found[3 * n] = {};  // each walk's found, until and cut
   if (rank == 0)
-    for (size_t k = 0; k < n; ++k)
-      for (size_t i = 0; i < 3; ++i)
-        found[3 * k + i] = static_cast<double>(i == 0 ? walks[k].found : i == 1 ? walks[k].until : walks[k].cut);
+    for (size_t k = 0; k < n; ++k) {
+      found[3 * k] = static_cast<double>(walks[k].found);
+      found[3 * k + 1] = static_cast<double>(walks[k].until);
+      found[3 * k + 2] = static_cast<double>(walks[k].cut);
+    }
   DCOMM_RETURN_IF_ERROR(max_over_ranks(run, found, 3 * n));
   ShapeTuning t{known.shape};
   t.tries = known.tries + 1;
@@ -244,20 +246,18 @@ inline Result<ShapeTuning> agree_walks(const RunCollective& run, int rank,
 // or a loaded host makes every call slow.
 inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algorithm (&algorithms)[2], double us[2]) {
   Status s;
-  for (int i = 0; i < 2; ++i) {
-    const auto call = [&] {
-      if (s.ok()) s = run(d, algorithms[i]);
-    };
+  int i = 0;  // the algorithm `call` runs
+  const auto call = [&] {
+    if (s.ok()) s = run(d, algorithms[i]);
+  };
+  for (i = 0; i < 2; ++i) {
     call();  // connects the links it needs, faults the pages in
     us[i] = best_mean_us(1, 1, call);
   }
   DCOMM_RETURN_IF_ERROR(s);
   DCOMM_RETURN_IF_ERROR(max_over_ranks(run, us, 2));
   const int iters = static_cast<int>(std::clamp(100.0 / std::max({us[0], us[1], 0.05}), 1.0, 64.0));
-  for (int i = 0; i < 2; ++i)
-    us[i] = best_mean_us(3, iters, [&] {
-      if (s.ok()) s = run(d, algorithms[i]);
-    });
+  for (i = 0; i < 2; ++i) us[i] = best_mean_us(3, iters, call);
   if (!s.ok()) return s.with_context("timing the thresholds of this shape (the host tuning)");
   return max_over_ranks(run, us, 2);
 }
