@@ -549,13 +549,16 @@ class Step {
   Buffer full_, grads_, shards_;
 };
 
+// A call failed on this rank: says so, naming the rank, and gives the exit status (1).
+int failed(const Communicator& c, const Status& s) {
+  std::fprintf(stderr, "dcomm-bench: rank %d: %s\n", c.rank(), s.message().c_str());
+  return 1;
+}
+
 int run_step(const Options& o, Communicator& c) {
   Step step(o, c);
-  auto fail = [&](const Status& s) {
-    return std::fprintf(stderr, "dcomm-bench: rank %d: %s\n", c.rank(), s.message().c_str()), 1;
-  };
-  if (Status s = step.allocate(); !s.ok()) return fail(s);
-  if (Status s = c.barrier(); !s.ok()) return fail(s);
+  if (Status s = step.allocate(); !s.ok()) return failed(c, s);
+  if (Status s = c.barrier(); !s.ok()) return failed(c, s);
   const char* transport = c.transport_to((c.rank() + 1) % c.size());
   if (c.rank() == 0) {
     std::printf(
@@ -568,20 +571,20 @@ int run_step(const Options& o, Communicator& c) {
                 "#wrong", "(B)", "", "(us/step)", "(GB/s)", "(GB/s)");
   }
   for (int i = 0; i < o.warmup; ++i)
-    if (Status s = step.run(); !s.ok()) return fail(s);
-  if (Status s = c.barrier(); !s.ok()) return fail(s);
+    if (Status s = step.run(); !s.ok()) return failed(c, s);
+  if (Status s = c.barrier(); !s.ok()) return failed(c, s);
   auto t0 = Clock::now();
   for (int i = 0; i < o.iters; ++i)
-    if (Status s = step.run(); !s.ok()) return fail(s);
+    if (Status s = step.run(); !s.ok()) return failed(c, s);
   double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters, us = 0;
   int64_t wrong = 0, wrong_sum = 0;
-  if (Status s = c.all_reduce(&t, &us, 1, DataType::kFloat64, ReduceOp::kMax); !s.ok()) return fail(s);
+  if (Status s = c.all_reduce(&t, &us, 1, DataType::kFloat64, ReduceOp::kMax); !s.ok()) return failed(c, s);
   if (o.check) {
     auto w = step.verify();
-    if (!w.ok()) return fail(w.status());
+    if (!w.ok()) return failed(c, w.status());
     wrong = *w;
   }
-  if (Status s = c.all_reduce(&wrong, &wrong_sum, 1, DataType::kInt64, ReduceOp::kSum); !s.ok()) return fail(s);
+  if (Status s = c.all_reduce(&wrong, &wrong_sum, 1, DataType::kInt64, ReduceOp::kSum); !s.ok()) return failed(c, s);
   if (c.rank() != 0) return wrong_sum ? 1 : 0;
   const double bytes = static_cast<double>(step.total() * size_of(o.type)), algbw = bytes / us / 1e3;
   const double busbw = algbw * 2 * (c.size() - 1) / c.size();
@@ -606,20 +609,18 @@ int run_rank(const Options& o, Communicator& c) {
     const int gpu = c.local_rank() % o.gpus;
     cudaSetDevice(gpu);
     auto d = DeviceCommunicator::create(c, gpu);
-    if (!d.ok()) return std::fprintf(stderr, "dcomm-bench: rank %d: %s\n", c.rank(), d.status().message().c_str()), 1;
+    if (!d.ok()) return failed(c, d.status());
     b.dev = std::move(*d);
-    if (cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking) != cudaSuccess) return 1;
+    if (cudaError_t e = cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking); e != cudaSuccess)
+      return failed(c, make_error(ErrorCode::kSystemError, "cudaStreamCreateWithFlags: ", cudaGetErrorString(e)));
   }
 #endif
   // Touched now: no page faults inside the timing.
   for (Buffer* buf : {&b.send, &b.recv})
-    if (Status s = buf->allocate(o.max_bytes + 64, o.registered, o.gpus > 0); !s.ok()) {
-      std::fprintf(stderr, "dcomm-bench: rank %d: %s\n", c.rank(), s.message().c_str());
-      return 1;
-    }
+    if (Status s = buf->allocate(o.max_bytes + 64, o.registered, o.gpus > 0); !s.ok()) return failed(c, s);
   // Ranks sharing a GPU: no allocation while another's kernels wait for this rank (an
   // allocation may wait for the whole GPU).
-  if (Status s = c.barrier(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+  if (Status s = c.barrier(); !s.ok()) return failed(c, s);
   if (c.rank() == 0) {
     std::printf(
         "# dcomm-bench %s: %d ranks (%d on this host, next rank via %s), %s %s, root %d, iters %d, warmup %d, "
@@ -646,23 +647,25 @@ int run_rank(const Options& o, Communicator& c) {
     int64_t wrong[2] = {0, 0};
     for (int in_place = 0; in_place < 2; ++in_place) {
       for (int i = 0; i < o.warmup; ++i)
-        if (Status s = b.run(in_place); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
-      if (Status s = b.sync(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
-      if (Status s = c.barrier(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+        if (Status s = b.run(in_place); !s.ok()) return failed(c, s);
+      if (Status s = b.sync(); !s.ok()) return failed(c, s);
+      if (Status s = c.barrier(); !s.ok()) return failed(c, s);
       auto t0 = Clock::now();
       for (int i = 0; i < o.iters; ++i)
-        if (Status s = b.run(in_place); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
-      if (Status s = b.sync(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+        if (Status s = b.run(in_place); !s.ok()) return failed(c, s);
+      if (Status s = b.sync(); !s.ok()) return failed(c, s);
       double t = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / o.iters;
-      if (Status s = c.all_reduce(&t, &us[in_place], 1, DataType::kFloat64, ReduceOp::kMax); !s.ok()) return 1;
+      if (Status s = c.all_reduce(&t, &us[in_place], 1, DataType::kFloat64, ReduceOp::kMax); !s.ok())
+        return failed(c, s);
       // In-place send_recv sends a buffer while receiving into it: what arrives first is a race,
       // as in nccl-tests, whose in-place column says N/A for it.
       if (o.check && in_place && o.kind == Coll::kSendRecv) {
         wrong[in_place] = -1;
       } else if (o.check) {
         auto w = b.verify(in_place);
-        if (!w.ok()) return std::fprintf(stderr, "%s\n", w.status().message().c_str()), 1;
-        if (Status s = c.all_reduce(&*w, &wrong[in_place], 1, DataType::kInt64, ReduceOp::kSum); !s.ok()) return 1;
+        if (!w.ok()) return failed(c, w.status());
+        if (Status s = c.all_reduce(&*w, &wrong[in_place], 1, DataType::kInt64, ReduceOp::kSum); !s.ok())
+          return failed(c, s);
       }
     }
     // -g: rank 0 alone copies the same bytes on the device while the others wait, the row's ceiling.
@@ -670,10 +673,10 @@ int run_rank(const Options& o, Communicator& c) {
     if (o.gpus > 0) {
       if (c.rank() == 0) {
         auto t = b.copy_us(shown * eb);
-        if (!t.ok()) return std::fprintf(stderr, "%s\n", t.status().message().c_str()), 1;
+        if (!t.ok()) return failed(c, t.status());
         copy = *t;
       }
-      if (Status s = c.barrier(); !s.ok()) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+      if (Status s = c.barrier(); !s.ok()) return failed(c, s);
     }
     if (c.rank() == 0) {
       double size_b = static_cast<double>(shown * eb);
@@ -708,7 +711,8 @@ int run_rank(const Options& o, Communicator& c) {
     bytes = next;
   }
   uint64_t staging = c.staging_bytes(), staging_max = 0;
-  if (Status s = c.all_reduce(&staging, &staging_max, 1, DataType::kUint64, ReduceOp::kMax); !s.ok()) return 1;
+  if (Status s = c.all_reduce(&staging, &staging_max, 1, DataType::kUint64, ReduceOp::kMax); !s.ok())
+    return failed(c, s);
   if (c.rank() == 0) {
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
                 total_wrong ? "FAILED" : "OK");

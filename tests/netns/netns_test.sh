@@ -56,8 +56,10 @@ pair() {
     echo "netns_test: ok     $label ($(grep -c '^ ' "$out/a") sizes, results exact; via $(sed -n 's/.*next rank via \([a-z]*\).*/\1/p' "$out/a"))"
   else
     echo "netns_test: FAILED $label (exit $rc_a / $rc_b)"
-    sed 's/^/  rank 0: /' "$out/a" | tail -15
-    sed 's/^/  rank 1: /' "$out/b" | tail -5
+    # What each rank said, without the table (its rows and # lines): the reason, in few lines.
+    grep -v '^#\|^  ' "$out/a" | tail -8 | sed 's/^/  rank 0: /'
+    grep -v '^#\|^  ' "$out/b" | tail -8 | sed 's/^/  rank 1: /'
+    echo "  rank 0's last row: $(grep '^  ' "$out/a" | tail -1)"
     failed=1
   fi
 }
