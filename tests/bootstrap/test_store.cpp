@@ -207,6 +207,34 @@ TEST_CASE("store: connections without the job secret, or with another one, are r
   CHECK_FALSE(*(*c)->check("stolen"));
 }
 
+TEST_CASE("handshake: an acceptor that goes quiet is a timeout (a slow network), one that closes is a refusal") {
+  auto listener = listen_on({"127.0.0.1", 0});
+  REQUIRE(listener.ok());
+  const int port = bound_port(listener->fd());
+  for (bool closes : {false, true}) {
+    CAPTURE(closes);
+    bool served = false;  // the greeting sent and the response read
+    std::thread acceptor([&] {
+      auto s = accept_one(*listener, Deadline(5000ms));
+      if (!s.ok()) return;
+      // The greeting, then the connector's response read, then no proof: silence, or a close.
+      const std::string g = auth::greeting(kStoreMagic, auth::Nonce{});
+      char response[auth::kNonceBytes + 4 + auth::kMacBytes];
+      served = send_all(s->fd(), g.data(), g.size(), Deadline(1000ms)).ok() &&
+               recv_all(s->fd(), response, sizeof response, Deadline(1000ms)).ok();
+      if (!closes) std::this_thread::sleep_for(700ms);
+    });
+    auto c = connect_to({"127.0.0.1", port}, Deadline(5000ms));
+    REQUIRE(c.ok());
+    const Status h = auth::connect_handshake(c->fd(), test_secret(), kStoreMagic, "", Deadline(300ms));
+    acceptor.join();
+    REQUIRE(served);
+    CHECK_MESSAGE(h.code() == (closes ? ErrorCode::kInvalidArgument : ErrorCode::kTimeout), h.message());
+    CHECK_MESSAGE(h.message().find(closes ? "same job secret" : "the other side's proof") != std::string::npos,
+                  h.message());
+  }
+}
+
 TEST_CASE("store: a 21-byte request with a key length near 2^32 is refused; the store lives on") {
   Child host({kHost, "0", "2000", "2000", "1048576", "-"});
   const int port = start_host(host);

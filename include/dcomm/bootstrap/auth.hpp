@@ -24,8 +24,10 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <initializer_list>
@@ -94,6 +96,15 @@ namespace auth {
 constexpr size_t kMagicBytes = 8, kNonceBytes = 16, kMacBytes = 32;
 constexpr size_t kGreetingBytes = kMagicBytes + kNonceBytes;
 constexpr size_t kMaxPayloadBytes = 256;
+// The longest one handshake may take where a listener serves one connection at a time (a
+// connection that stalls holds the others back this long), or where a connector retries. Not
+// from any machine: TCP resends a lost segment after its retransmission timeout, 200 ms at
+// least on Linux and doubled at each loss, so five losses in a row cost 6.2 s and fit (at 2 s,
+// three did not: ranks over a link losing 5% of packets failed to start, now and then).
+constexpr long long kHandshakeCapMs = 10000;
+inline Deadline handshake_deadline(long long remaining_ms) {
+  return Deadline(std::chrono::milliseconds(std::min(kHandshakeCapMs, remaining_ms)));
+}
 using Nonce = std::array<uint8_t, kNonceBytes>;
 using Mac = std::array<uint8_t, kMacBytes>;
 
@@ -196,6 +207,8 @@ inline Status connect_handshake(int fd, const JobSecret& s, std::string_view mag
   DCOMM_RETURN_IF_ERROR(send_all(fd, r.data(), r.size(), deadline));
   Mac proof{};
   Status got = recv_all(fd, proof.data(), proof.size(), deadline);
+  // No answer in time: a slow or lossy network, not a refusal.
+  if (got.code() == ErrorCode::kTimeout) return got.with_context("waiting for the other side's proof");
   // Refused (kInvalidArgument: a setting, not a failure of the other side): the secrets
   // differ, or the other side serves another job.
   if (!got.ok())

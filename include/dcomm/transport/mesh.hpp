@@ -108,9 +108,8 @@ Result<MeshSockets> build_mesh(int rank, uint64_t nonce, const std::vector<PeerI
                         timeout.count(), " ms (DCOMM_TIMEOUT_MS)",
                         refused ? detail::cat("; ", refused, " connection(s) refused") : "");
     }
-    auto payload = auth::accept_handshake(
-        s->fd(), secret, detail::kMeshMagic,
-        Deadline(std::chrono::milliseconds(std::min<long long>(2000, deadline.remaining_ms() + 1))));
+    auto payload = auth::accept_handshake(s->fd(), secret, detail::kMeshMagic,
+                                          auth::handshake_deadline(deadline.remaining_ms() + 1));
     auto hello = payload.ok() ? detail::parse_mesh_hello(*payload, nonce, rank, size, plan.data_sockets)
                               : Result<detail::MeshHello>(payload.status());
     if (!hello.ok()) {
