@@ -49,6 +49,7 @@
 #include "dcomm/bootstrap/peer_info.hpp"
 #include "dcomm/bootstrap/store_client.hpp"
 #include "dcomm/comm/algorithm_choice.hpp"
+#include "dcomm/core/algorithms.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
 #include "dcomm/core/log.hpp"
@@ -275,18 +276,43 @@ inline ChosenThresholds chosen_thresholds(const Config& c) {
               c.cma_reduce_root_bytes != d.cma_reduce_root_bytes};
 }
 
-// A shape's known thresholds go to `config`, except those a variable or the program chose.
+// What each of a shape's walks (comm/tuning.hpp's shape_walks, in its order) times and where
+// its thresholds go: the collective, the algorithm timed against the one chosen without it,
+// its start, end (none for the direct exchange's) and where an earlier set-up's budget ended
+// it in a ShapeTuning, the Config thresholds they set, and whether a variable or the program
+// chose those.
+inline constexpr size_t kShapeWalks = 4;
+struct WalkFields {
+  OpKind kind;
+  Algorithm candidate;
+  size_t ShapeTuning::*found;
+  size_t ShapeTuning::*until;
+  size_t ShapeTuning::*next;
+  size_t Config::*from_bytes;
+  size_t Config::*until_bytes;
+  bool ChosenThresholds::*chosen;
+};
+inline constexpr WalkFields kWalkFields[kShapeWalks] = {
+    {OpKind::kAllReduce, Algorithm::kSingleCopy, &ShapeTuning::all_reduce, &ShapeTuning::all_reduce_until,
+     &ShapeTuning::all_reduce_next, &Config::cma_reduce_bytes, &Config::cma_reduce_until_bytes,
+     &ChosenThresholds::all_reduce},
+    {OpKind::kReduceScatter, Algorithm::kSingleCopy, &ShapeTuning::reduce_scatter, &ShapeTuning::reduce_scatter_until,
+     &ShapeTuning::reduce_scatter_next, &Config::cma_reduce_scatter_bytes, &Config::cma_reduce_scatter_until_bytes,
+     &ChosenThresholds::reduce_scatter},
+    {OpKind::kAllReduce, Algorithm::kDirect, &ShapeTuning::direct, nullptr, nullptr, &Config::direct_bytes, nullptr,
+     &ChosenThresholds::direct},
+    {OpKind::kReduce, Algorithm::kSingleCopy, &ShapeTuning::reduce, &ShapeTuning::reduce_until,
+     &ShapeTuning::reduce_next, &Config::cma_reduce_root_bytes, &Config::cma_reduce_root_until_bytes,
+     &ChosenThresholds::reduce}};
+
+// A shape's known thresholds go to `config`, except those a variable or the program chose
+// (unbounded from the value chosen).
 inline void apply_shape_tuning(Config& config, const ChosenThresholds& chosen, const ShapeTuning& t) {
-  auto take = [](bool chosen_from, size_t from, size_t until, size_t& config_from, size_t& config_until) {
-    if (chosen_from) return;  // unbounded from the value chosen
-    if (from) config_from = from;
-    if (until) config_until = until;
-  };
-  take(chosen.all_reduce, t.all_reduce, t.all_reduce_until, config.cma_reduce_bytes, config.cma_reduce_until_bytes);
-  take(chosen.reduce_scatter, t.reduce_scatter, t.reduce_scatter_until, config.cma_reduce_scatter_bytes,
-       config.cma_reduce_scatter_until_bytes);
-  take(chosen.reduce, t.reduce, t.reduce_until, config.cma_reduce_root_bytes, config.cma_reduce_root_until_bytes);
-  if (!chosen.direct && t.direct) config.direct_bytes = t.direct;
+  for (const WalkFields& f : kWalkFields) {
+    if (chosen.*f.chosen) continue;
+    if (t.*f.found) config.*f.from_bytes = t.*f.found;
+    if (f.until && t.*f.until) config.*f.until_bytes = t.*f.until;
+  }
 }
 }  // namespace detail
 

@@ -165,8 +165,8 @@ struct SizeWalk {
 
 // tune_shape's walks: single copy's all_reduce and reduce_scatter, 16 KiB to 2 MiB; the direct
 // all_reduce, 4 KiB to 16 KiB (at most a slot), 2 KiB where it is behind at 4 KiB; single copy's
-// reduce, as the first two.
-inline constexpr size_t kShapeWalks = 4;
+// reduce, as the first two (host_tuning.hpp's kWalkFields: what each times, and where its
+// thresholds go).
 inline std::array<SizeWalk, kShapeWalks> shape_walks(size_t slot_bytes) {
   using Rule = SizeWalk::Rule;
   return {SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kSingleCopyLast},
@@ -184,19 +184,6 @@ inline size_t next_walk(const std::array<SizeWalk, kShapeWalks>& walks) {
     if (walks[k].next) return k;
   return kShapeWalks;
 }
-
-// Each walk's thresholds in a ShapeTuning, in shape_walks' order: its start, its end (none for
-// the direct exchange's) and where an earlier set-up's budget ended it.
-struct WalkFields {
-  size_t ShapeTuning::*found;
-  size_t ShapeTuning::*until;
-  size_t ShapeTuning::*next;
-};
-inline constexpr WalkFields kWalkFields[kShapeWalks] = {
-    {&ShapeTuning::all_reduce, &ShapeTuning::all_reduce_until, &ShapeTuning::all_reduce_next},
-    {&ShapeTuning::reduce_scatter, &ShapeTuning::reduce_scatter_until, &ShapeTuning::reduce_scatter_next},
-    {&ShapeTuning::direct, nullptr, nullptr},
-    {&ShapeTuning::reduce, &ShapeTuning::reduce_until, &ShapeTuning::reduce_next}};
 
 // The walks of a shape whose thresholds `known` has in part (earlier set-ups', whose budget ran
 // out before the rest): those known are not walked again, one an earlier set-up cut goes on
@@ -284,12 +271,8 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   const int size = facts.size();
   std::vector<float> in(detail::kSingleCopyLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
   constexpr size_t kWalks = detail::kShapeWalks;
-  const OpKind kinds[kWalks] = {OpKind::kAllReduce, OpKind::kReduceScatter, OpKind::kAllReduce, OpKind::kReduce};
-  const Algorithm candidate[kWalks] = {Algorithm::kSingleCopy, Algorithm::kSingleCopy, Algorithm::kDirect,
-                                       Algorithm::kSingleCopy};
-  Config without[kWalks] = {config, config, config, config};
-  without[0].cma_reduce_bytes = without[1].cma_reduce_scatter_bytes = without[2].direct_bytes = 0;
-  without[3].cma_reduce_root_bytes = 0;
+  Config without[kWalks] = {config, config, config, config};  // each walk's candidate never chosen
+  for (size_t k = 0; k < kWalks; ++k) without[k].*detail::kWalkFields[k].from_bytes = 0;
   std::array<detail::SizeWalk, kWalks> walks = detail::shape_walks_from(known, config.slot_bytes);
   // The links to every peer first (the direct exchange talks to each), off the budget's clock:
   // a cost the first collectives would pay anyway, which made the first round look long enough
@@ -317,18 +300,19 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
     const auto round_start = Clock::now();
     const auto k = static_cast<size_t>(std::find_if(plan, plan + kWalks, [](double v) { return v > 0; }) - plan);
     if (k == kWalks) break;
-    const bool rs = kinds[k] == OpKind::kReduceScatter;
+    const OpKind kind = detail::kWalkFields[k].kind;
+    const bool rs = kind == OpKind::kReduceScatter;
     const size_t count = static_cast<size_t>(plan[k]) / sizeof(float) / static_cast<size_t>(rs ? size : 1);
-    const CallShape call{kinds[k], count, sizeof(float), size, /*in_place=*/false, facts.hosts};
+    const CallShape call{kind, count, sizeof(float), size, /*in_place=*/false, facts.hosts};
     const Algorithm algorithms[2] = {choose_algorithm(call, without[k], facts.single_copy, facts.link).algorithm,
-                                     candidate[k]};
+                                     detail::kWalkFields[k].candidate};
     double us[2] = {0, 0};
     DCOMM_RETURN_IF_ERROR(detail::slowest_us(
-        run, OpDesc{kinds[k], in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum}, algorithms, us));
+        run, OpDesc{kind, in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum}, algorithms, us));
     if (rank != 0) continue;
     round_us[k] = us_since(round_start);
-    timings += detail::cat(" ", to_string(kinds[k]), " ", call.bytes(), ": ", to_string(algorithms[0]), " ", us[0],
-                           " us, ", to_string(algorithms[1]), " ", us[1], " us;");
+    timings += detail::cat(" ", to_string(kind), " ", call.bytes(), ": ", to_string(algorithms[0]), " ", us[0], " us, ",
+                           to_string(algorithms[1]), " ", us[1], " us;");
     walks[k].record(us[1] < us[0]);
   }
   auto found = detail::agree_walks(run, rank, walks, known);
