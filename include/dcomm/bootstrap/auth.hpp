@@ -96,9 +96,8 @@ namespace auth {
 constexpr size_t kMagicBytes = 8, kNonceBytes = 16, kMacBytes = 32;
 constexpr size_t kGreetingBytes = kMagicBytes + kNonceBytes;
 constexpr size_t kMaxPayloadBytes = 256;
-// The longest one handshake may take where a listener serves one connection at a time (a
-// connection that stalls holds the others back this long), or where a connector retries. Not
-// from any machine: TCP resends a lost segment after its retransmission timeout, 200 ms at
+// The longest one handshake may take where a listener serves one connection at a time (the
+// mesh's: a connection that stalls holds the others back this long). Not from any machine: TCP resends a lost segment after its retransmission timeout, 200 ms at
 // least on Linux and doubled at each loss, so five losses in a row cost 6.2 s and fit (at 2 s,
 // three did not: ranks over a link losing 5% of packets failed to start, now and then).
 constexpr long long kHandshakeCapMs = 10000;

@@ -47,8 +47,11 @@ class StoreClient {
           last = s.status();
           continue;
         }
-        Status h = auth::connect_handshake(s->fd(), access.secret, kStoreMagic, access.job_tag,
-                                           auth::handshake_deadline(timeout.count()));
+        // 2 s, not auth::kHandshakeCapMs: a port in a scan that never greets (another service)
+        // costs that long; a slow network's timeout is tried again, until the deadline.
+        Status h =
+            auth::connect_handshake(s->fd(), access.secret, kStoreMagic, access.job_tag,
+                                    Deadline(std::chrono::milliseconds(std::min<long long>(timeout.count(), 2000))));
         if (h.ok()) return std::unique_ptr<StoreClient>(new StoreClient(std::move(*s), at, timeout, *limits));
         last = h.with_context(detail::cat("rendezvous store at ", at.to_string()));
         // A store that refused us is up: with one port to try, waiting will not change that.
