@@ -213,7 +213,8 @@ TEST_CASE("handshake: an acceptor that goes quiet is a timeout (a slow network),
   const int port = bound_port(listener->fd());
   for (bool closes : {false, true}) {
     CAPTURE(closes);
-    bool served = false;  // the greeting sent and the response read
+    bool served = false;            // the greeting sent and the response read
+    std::atomic<bool> done{false};  // the connector's handshake returned
     std::thread acceptor([&] {
       auto s = accept_one(*listener, Deadline(5000ms));
       if (!s.ok()) return;
@@ -222,12 +223,16 @@ TEST_CASE("handshake: an acceptor that goes quiet is a timeout (a slow network),
       char response[auth::kNonceBytes + 4 + auth::kMacBytes];
       served = send_all(s->fd(), g.data(), g.size(), Deadline(1000ms)).ok() &&
                recv_all(s->fd(), response, sizeof response, Deadline(1000ms)).ok();
-      if (!closes) std::this_thread::sleep_for(700ms);
+      // Quiet: the socket stays open until the connector has given up (not a sleep that a
+      // slow machine could outlast).
+      for (Deadline d(5000ms); !closes && !done.load() && !d.expired();) std::this_thread::sleep_for(1ms);
     });
     auto c = connect_to({"127.0.0.1", port}, Deadline(5000ms));
+    const Status h =
+        c.ok() ? auth::connect_handshake(c->fd(), test_secret(), kStoreMagic, "", Deadline(300ms)) : c.status();
+    done = true;
+    acceptor.join();  // before any REQUIRE: a test that stops here must not leave it running
     REQUIRE(c.ok());
-    const Status h = auth::connect_handshake(c->fd(), test_secret(), kStoreMagic, "", Deadline(300ms));
-    acceptor.join();
     REQUIRE(served);
     CHECK_MESSAGE(h.code() == (closes ? ErrorCode::kInvalidArgument : ErrorCode::kTimeout), h.message());
     CHECK_MESSAGE(h.message().find(closes ? "same job secret" : "the other side's proof") != std::string::npos,
