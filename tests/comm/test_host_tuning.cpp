@@ -139,9 +139,11 @@ TEST_CASE(
   is(walk(0, {false, false, false, false, false, false, false, false}), 2 * M, 2 * M);       // never ahead: none
   is(walk(1, {false, false, false, false, false, false, false, true}), 2 * M, kNoUpperBound);
   is(walk(3, {false, false, false, false, false, false, true, true}), M, kNoUpperBound);
-  CHECK(walk(2, {true, true, true}).from == 16384);  // 4, 8, 16 KiB: the most a direct exchange takes
-  CHECK(walk(2, {true, false}).from == 4096);
-  CHECK(walk(2, {false}).from == 2048);
+  CHECK(walk(2, {true, true, true}).from == 16384);   // 4, 8, 16 KiB: the most a direct exchange takes
+  CHECK(walk(2, {true, false, false}).from == 4096);  // behind twice at 8 KiB
+  CHECK(walk(2, {false, false}).from == 2048);
+  CHECK(walk(2, {false, true, true, true}).from == 16384);  // behind once at 4 KiB, ahead when timed again
+  CHECK(walk(2, {true, false, true, false, false}).from == 8192);
   auto walks = detail::shape_walks(Config{}.slot_bytes);
   walks[0].record(false);
   CHECK(walks[0].next == 32768);
@@ -150,7 +152,10 @@ TEST_CASE(
   // The order: the direct exchange's walk, then single copy's one after another, each to its end.
   auto order = detail::shape_walks(Config{}.slot_bytes);
   CHECK(detail::next_walk(order) == 2);
-  order[2].record(false);  // behind at 4 KiB: done
+  order[2].record(false);  // behind at 4 KiB: timed again
+  CHECK(detail::next_walk(order) == 2);
+  CHECK(order[2].next == 4096);
+  order[2].record(false);  // behind again: done
   CHECK(detail::next_walk(order) == 0);
   order[0].record(true);
   CHECK(detail::next_walk(order) == 0);  // all_reduce's walk goes on

@@ -111,6 +111,7 @@ inline constexpr double kShapeBudgetUs = 30'000;  // the issue's bound on what a
 // (AMD EPYC, 2 processes: the descriptors' swap about 5 us of all_reduce's 226), so what is
 // behind there stays behind, and the three walks fit the budget (4 MiB took it past 30 ms).
 inline constexpr size_t kSingleCopyFirst = 16u << 10, kSingleCopyLast = 2u << 20;
+inline constexpr int kShortCallRounds = 5;  // slowest_us's means of calls under 50 us (a few ms of timing)
 
 // One walk up the sizes, doubling, that rank 0 makes: the next size to time (0: done) and what
 // it found. kAheadRun: the run of sizes where the candidate is ahead. `found` is its first, the
@@ -120,19 +121,23 @@ inline constexpr size_t kSingleCopyFirst = 16u << 10, kSingleCopyLast = 2u << 20
 // candidate is ahead there, else the last size too (no size is in the run: by then a call's fixed
 // costs are small beside its bytes, so what is behind there stays behind). kWhileAhead: the
 // last size of the run, from the first, where the candidate is ahead (`found` starts as the
-// answer for none).
+// answer for none); a size where it is behind is timed once more, and ends the run only when it
+// is behind again (4 processes on 2 cores: a set-up's calls of a few us are noisy enough that
+// one timing a size ended the direct exchange's run before 16 KiB in 7 set-ups of 9, where it
+// takes 0.6-0.7x the time of what runs otherwise).
 struct SizeWalk {
   enum class Rule { kAheadRun, kWhileAhead } rule;
   size_t next, last, found = 0, until = 0;
-  bool before = false;  // the size before was ahead (looking for `found`) or behind (for `until`)
+  bool before = false;  // the size before was ahead (looking for `found`) or behind (for `until`;
+                        // kWhileAhead: this size was behind once)
   size_t cut = 0;       // where a set-up's budget ended it, the size to go on from (end_early)
 
   void record(bool ahead) {
     const size_t at = next;
     next = at < last ? 2 * at : 0;
-    if (rule == Rule::kWhileAhead) {
-      if (ahead) found = at;
-      else next = 0;
+    if (rule == Rule::kWhileAhead) {  // behind once: the same size again; behind twice: done
+      if (ahead) found = at, before = false;
+      else next = before ? 0 : at, before = !before;
       return;
     }
     if (found) {  // where the run ends
@@ -227,10 +232,12 @@ inline Result<ShapeTuning> agree_walks(const RunCollective& run, int rank,
   return t;
 }
 
-// Call d with algorithms a and b, side by side: us[i], the slowest rank's best of three means.
-// Enough calls a mean (about 100 us of them, 1 to 64, as the slowest rank saw one call of each)
-// that the ranks' skew at its start and end is small beside them, and few where a call is long
-// or a loaded host makes every call slow.
+// Call d with algorithms a and b, side by side: us[i], the slowest rank's best of its means,
+// taken in turn with the other's (a drift while the ranks settle falls on both). Enough calls a
+// mean (about 100 us of them, 1 to 64, as the slowest rank saw one call of each) that the ranks'
+// skew at its start and end is small beside them, and few where a call is long or a loaded host
+// makes every call slow; kShortCallRounds means where a call is short, three where one call is
+// the mean (the budget's share of those is larger).
 inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algorithm (&algorithms)[2], double us[2]) {
   Status s;
   int i = 0;  // the algorithm `call` runs
@@ -244,7 +251,10 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
   DCOMM_RETURN_IF_ERROR(s);
   DCOMM_RETURN_IF_ERROR(max_over_ranks(run, us, 2));
   const int iters = static_cast<int>(std::clamp(100.0 / std::max({us[0], us[1], 0.05}), 1.0, 64.0));
-  for (i = 0; i < 2; ++i) us[i] = best_mean_us(3, iters, call);
+  const int rounds = iters > 1 ? kShortCallRounds : 3;
+  us[0] = us[1] = 1e300;
+  for (int r = 0; r < rounds; ++r)
+    for (i = 0; i < 2; ++i) us[i] = std::min(us[i], best_mean_us(1, iters, call));
   if (!s.ok()) return s.with_context("timing the thresholds of this shape (the host tuning)");
   return max_over_ranks(run, us, 2);
 }
