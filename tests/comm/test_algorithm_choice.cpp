@@ -142,6 +142,43 @@ TEST_CASE("single copy through the kernel up to where the host tuning found it b
         Algorithm::kSingleCopy);
 }
 
+// all_gather's and broadcast's runs of single copy (comm/tuning.hpp's walks), where measured; else
+// DCOMM_CMA_BYTES's rule.
+TEST_CASE("all_gather and broadcast: single copy in the run the host tuning found, else by DCOMM_CMA_BYTES") {
+  Config c;
+  auto pick = [&](OpKind k, size_t bytes, double load = 1) {
+    const size_t count = bytes / 4 / (k == OpKind::kAllGather ? 2 : 1);  // bytes: all_gather's output
+    return choose_algorithm({k, count, 4, 2, false}, c, true, LinkModel::for_load(load)).algorithm;
+  };
+  // Not measured: from DCOMM_CMA_BYTES a block (all_gather), or of the whole (broadcast).
+  CHECK(c.cma_all_gather_bytes == kByCmaBytes);
+  CHECK(c.cma_broadcast_bytes == kByCmaBytes);
+  CHECK(pick(OpKind::kAllGather, 2 * c.cma_bytes) == Algorithm::kSingleCopy);
+  CHECK(pick(OpKind::kAllGather, 2 * c.cma_bytes - 64) != Algorithm::kSingleCopy);
+  CHECK(pick(OpKind::kBroadcast, c.cma_bytes) == Algorithm::kSingleCopy);
+  CHECK(pick(OpKind::kBroadcast, c.cma_bytes - 64) != Algorithm::kSingleCopy);
+  CHECK(pick(OpKind::kBroadcast, size_t{256} << 20) == Algorithm::kSingleCopy);
+  // Measured: in [from, until) only, whatever the load, up to the largest size the walk timed.
+  c.cma_all_gather_bytes = 64 << 10, c.cma_all_gather_until_bytes = 256 << 10;
+  c.cma_broadcast_bytes = 2 << 20, c.cma_broadcast_until_bytes = kNoUpperBound;
+  for (double load : {1.0, 2.0}) {
+    CAPTURE(load);
+    CHECK(pick(OpKind::kAllGather, (64 << 10) - 64, load) != Algorithm::kSingleCopy);
+    CHECK(pick(OpKind::kAllGather, 64 << 10, load) == Algorithm::kSingleCopy);
+    CHECK(pick(OpKind::kAllGather, (256 << 10) - 64, load) == Algorithm::kSingleCopy);
+    CHECK(pick(OpKind::kAllGather, 256 << 10, load) != Algorithm::kSingleCopy);
+    CHECK(pick(OpKind::kAllGather, 2 << 20, load) != Algorithm::kSingleCopy);         // the last size timed
+    CHECK(pick(OpKind::kAllGather, (2 << 20) + 64, load) == Algorithm::kSingleCopy);  // above: the rule
+    CHECK(pick(OpKind::kAllGather, size_t{64} << 20, load) == Algorithm::kSingleCopy);
+    CHECK(pick(OpKind::kBroadcast, (2 << 20) - 64, load) != Algorithm::kSingleCopy);
+    CHECK(pick(OpKind::kBroadcast, 2 << 20, load) == Algorithm::kSingleCopy);
+    CHECK(pick(OpKind::kBroadcast, size_t{256} << 20, load) == Algorithm::kSingleCopy);
+  }
+  c.cma_broadcast_bytes = 0;  // never (the tuning's walk times the FIFO algorithms so)
+  CHECK(pick(OpKind::kBroadcast, 1 << 20) != Algorithm::kSingleCopy);
+  CHECK(pick(OpKind::kBroadcast, 4 << 20) == Algorithm::kSingleCopy);  // above the walk: the rule
+}
+
 TEST_CASE("direct reduce_scatter and all_gather: one exchange of blocks up to DCOMM_DIRECT_BYTES in all, 3-8 ranks") {
   Config c;
   // bytes: the whole buffer (all_gather's output, reduce_scatter's input), as nccl-tests' size

@@ -49,11 +49,13 @@ TEST_CASE(
   std::ofstream(path) << "dcomm-host-tuning\nhost " << sig << "\ncma_us lots\n";
   CHECK_FALSE(read_host_tuning(path, sig, &why));
   CHECK(why.find("unreadable") != std::string::npos);
-  HostMeasure with_shapes{0.5,
-                          20,
-                          {{"2-processes", 32768, 2097152, 8192, 131072, 262144, 2097152, kNoUpperBound, 0, 0, 0, 2},
-                           {"4-threads", 65536, 1048576, 2048, 65536, 0, 0, 0, 524288, 0, 16384, 1}}};
-  REQUIRE(write_host_tuning(path, sig, with_shapes).ok());
+  ShapeTuning two{"2-processes"}, four{"4-threads"};
+  two.all_reduce = 32768, two.reduce_scatter = 2097152, two.direct = 8192, two.reduce = 131072;
+  two.all_gather = 16384, two.broadcast = 2097152, two.all_reduce_until = 262144, two.reduce_scatter_until = 2097152;
+  two.reduce_until = kNoUpperBound, two.all_gather_until = 131072, two.broadcast_until = kNoUpperBound, two.tries = 2;
+  four.all_reduce = 65536, four.reduce_scatter = 1048576, four.direct = 2048, four.reduce = 65536;
+  four.all_reduce_next = 524288, four.reduce_next = 16384, four.all_gather_next = 65536, four.tries = 1;
+  REQUIRE(write_host_tuning(path, sig, {0.5, 20, {two, four}}).ok());
   back = read_host_tuning(path, sig, &why);
   REQUIRE(back);
   REQUIRE(back->for_shape("2-processes"));
@@ -69,6 +71,13 @@ TEST_CASE(
   CHECK(back->for_shape("4-threads")->all_reduce_next == 524288);  // where a later set-up goes on
   CHECK(back->for_shape("4-threads")->reduce_scatter_next == 0);
   CHECK(back->for_shape("4-threads")->reduce_next == 16384);
+  CHECK(back->for_shape("2-processes")->all_gather == 16384);
+  CHECK(back->for_shape("2-processes")->all_gather_until == 131072);
+  CHECK(back->for_shape("2-processes")->broadcast == 2097152);
+  CHECK(back->for_shape("2-processes")->broadcast_until == kNoUpperBound);
+  CHECK(back->for_shape("4-threads")->all_gather == 0);
+  CHECK(back->for_shape("4-threads")->all_gather_next == 65536);
+  CHECK(back->for_shape("4-threads")->broadcast_next == 0);
   CHECK(back->for_shape("4-threads")->tries == 1);
   CHECK(back->for_shape("2-processes")->tries == 2);
   CHECK_FALSE(back->for_shape("3-threads"));
@@ -164,6 +173,10 @@ TEST_CASE(
   order[1].next = 0;
   CHECK(detail::next_walk(order) == 3);
   order[3].next = 0;
+  CHECK(detail::next_walk(order) == 4);  // all_gather's
+  order[4].next = 0;
+  CHECK(detail::next_walk(order) == 5);  // broadcast's
+  order[5].next = 0;
   CHECK(detail::next_walk(order) == detail::kShapeWalks);
   // A set-up's budget ends the walks: each keeps where it got, and a later set-up goes on there
   // through the cache line's fields.
@@ -220,13 +233,26 @@ TEST_CASE(
   config.timeout = std::chrono::seconds(20);
   auto comms = Communicator::create_local(2, config);
   REQUIRE_MESSAGE(comms.ok(), comms.status().message());
-  std::string why;
-  auto cached = read_host_tuning(path, host_signature(), &why);
-  REQUIRE_MESSAGE(cached, why);
-  const ShapeTuning* entry = cached->for_shape("2-threads");
-  REQUIRE(entry);
-  CHECK(entry->tries == 1);
-  // Each threshold measured, or 0 where a loaded host ran the set-up out of its budget first:
+  auto line = [&] {
+    std::string why;
+    auto cached = read_host_tuning(path, host_signature(), &why);
+    REQUIRE_MESSAGE(cached, why);
+    REQUIRE(cached->for_shape("2-threads"));
+    return *cached->for_shape("2-threads");
+  };
+  ShapeTuning measured = line();
+  CHECK(measured.tries == 1);
+  // Set-ups of the shape go on measuring what the budget left until it is known whole or they
+  // have tried kShapeTries times; from then on they measure nothing.
+  while (!measured.complete() && measured.tries < kShapeTries) {
+    comms = Communicator::create_local(2, config);
+    REQUIRE_MESSAGE(comms.ok(), comms.status().message());
+    const int tries = measured.tries;
+    measured = line();
+    CHECK(measured.tries == tries + 1);
+  }
+  const ShapeTuning* entry = &measured;
+  // Each threshold measured, or 0 where a loaded host ran the set-ups out of their budget first:
   // then the compiled-in value serves.
   const Config d;
   const size_t all_reduce = entry->all_reduce ? entry->all_reduce : d.cma_reduce_bytes;
@@ -238,6 +264,12 @@ TEST_CASE(
   const size_t all_reduce_until = until(entry->all_reduce_until);
   const size_t reduce_scatter_until = until(entry->reduce_scatter_until);
   const size_t reduce_until = until(entry->reduce_until);
+  // all_gather's and broadcast's: where not known, DCOMM_CMA_BYTES's rule.
+  auto copies = [](size_t measured) { return measured ? measured : kByCmaBytes; };
+  const size_t all_gather = copies(entry->all_gather), broadcast = copies(entry->broadcast);
+  const size_t all_gather_until = until(entry->all_gather_until), broadcast_until = until(entry->broadcast_until);
+  for (size_t from : {all_gather, broadcast})
+    CHECK((from == kByCmaBytes || (from >= 16384 && from <= size_t{2} << 20)));
   CHECK(all_reduce >= 16384);
   CHECK(all_reduce <= size_t{2} << 20);
   CHECK(reduce_scatter >= 16384);
@@ -246,8 +278,10 @@ TEST_CASE(
   CHECK(direct >= 2048);
   CHECK(direct <= 16384);
   for (auto [from, to] : {std::pair{all_reduce, all_reduce_until}, std::pair{reduce_scatter, reduce_scatter_until},
-                          std::pair{reduce, reduce_until}}) {
-    CHECK(to >= from);  // equal: single copy was behind through the last size timed
+                          std::pair{reduce, reduce_until}, std::pair{all_gather, all_gather_until},
+                          std::pair{broadcast, broadcast_until}}) {
+    if (from == kByCmaBytes) continue;  // all_gather's or broadcast's, not known
+    CHECK(to >= from);                  // equal: single copy was behind through the last size timed
     CHECK((to == kNoUpperBound || to <= size_t{2} << 20));
   }
   for (auto& c : *comms) {
@@ -258,12 +292,17 @@ TEST_CASE(
     CHECK(c->config().cma_reduce_until_bytes == all_reduce_until);
     CHECK(c->config().cma_reduce_scatter_until_bytes == reduce_scatter_until);
     CHECK(c->config().cma_reduce_root_until_bytes == reduce_until);
+    CHECK(c->config().cma_all_gather_bytes == all_gather);
+    CHECK(c->config().cma_all_gather_until_bytes == all_gather_until);
+    CHECK(c->config().cma_broadcast_bytes == broadcast);
+    CHECK(c->config().cma_broadcast_until_bytes == broadcast_until);
   }
-  // Either side of what it chose, all_reduce, reduce_scatter and reduce (in and out of place)
-  // are exact.
+  // Either side of what it chose, all_reduce, reduce_scatter and reduce (in and out of place),
+  // all_gather and broadcast are exact.
   std::vector<size_t> thresholds = {all_reduce, reduce_scatter, direct, reduce};
-  for (size_t to : {all_reduce_until, reduce_scatter_until, reduce_until})
-    if (to != kNoUpperBound) thresholds.push_back(to);
+  for (size_t t :
+       {all_reduce_until, reduce_scatter_until, reduce_until, all_gather, all_gather_until, broadcast, broadcast_until})
+    if (t != kNoUpperBound && t != kByCmaBytes) thresholds.push_back(t);
   for (size_t threshold : thresholds)
     for (size_t bytes : {threshold - 64, threshold, threshold + 64}) {
       CAPTURE(bytes);
@@ -291,6 +330,18 @@ TEST_CASE(
           for (size_t i = 0; recv && i < n; ++i) wrong += recv[i] != static_cast<float>(2 * (i % 1000) + 1);
           CHECK(wrong == 0);
         }
+        // all_gather (bytes: its output) and broadcast from rank 1, every element.
+        for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(i % 1000) + r;
+        std::fill(out.begin(), out.end(), -1.0f);
+        REQUIRE(c.all_gather(in.data(), out.data(), per, DataType::kFloat32).ok());
+        size_t wrong = 0;
+        for (size_t i = 0; i < n; ++i) wrong += out[i] != static_cast<float>((i % per) % 1000 + i / per);
+        CHECK(wrong == 0);
+        std::fill(out.begin(), out.end(), -1.0f);
+        REQUIRE(c.broadcast(in.data(), out.data(), n, DataType::kFloat32, 1).ok());
+        wrong = 0;
+        for (size_t i = 0; i < n; ++i) wrong += out[i] != static_cast<float>(i % 1000 + 1);
+        CHECK(wrong == 0);
       });
     }
   // A second set-up of the shape reads it; a variable or the program's own value wins over it.
@@ -344,11 +395,11 @@ TEST_CASE(
   // falls behind, after `tries` set-ups; then a set-up of that shape: the line it leaves, and the
   // reduce_scatter threshold of every rank.
   auto set_up_after = [&](int tries, size_t* threshold) {
-    REQUIRE(write_host_tuning(path, host_signature(),
-                              {host->cma_us,
-                               host->copy_gbs,
-                               {{"2-threads", 65536, 0, 4096, 131072, 262144, 0, 0, 0, 0, 512 * 1024, tries}}})
-                .ok());
+    ShapeTuning line{"2-threads"};
+    line.all_reduce = 65536, line.direct = 4096, line.reduce = 131072, line.all_reduce_until = 262144;
+    line.all_gather = 32768, line.all_gather_until = 262144, line.broadcast = 2 << 20;
+    line.broadcast_until = kNoUpperBound, line.reduce_next = 512 * 1024, line.tries = tries;
+    REQUIRE(write_host_tuning(path, host_signature(), {host->cma_us, host->copy_gbs, {line}}).ok());
     detail::host_tuning_memo().known.reset();
     auto comms = Communicator::create_local(2, config);
     REQUIRE_MESSAGE(comms.ok(), comms.status().message());
@@ -357,6 +408,10 @@ TEST_CASE(
       CHECK(c->config().direct_bytes == 4096);
       CHECK(c->config().cma_reduce_root_bytes == 131072);
       CHECK(c->config().cma_reduce_until_bytes == 262144);
+      CHECK(c->config().cma_all_gather_bytes == 32768);
+      CHECK(c->config().cma_all_gather_until_bytes == 262144);
+      CHECK(c->config().cma_broadcast_bytes == size_t{2} << 20);
+      CHECK(c->config().cma_broadcast_until_bytes == kNoUpperBound);
       CHECK(c->config().cma_reduce_root_until_bytes == (*comms)[0]->config().cma_reduce_root_until_bytes);
       CHECK(c->config().cma_reduce_scatter_bytes == (*comms)[0]->config().cma_reduce_scatter_bytes);
     }
@@ -375,6 +430,8 @@ TEST_CASE(
   CHECK(after.direct == 4096);
   CHECK(after.reduce == 131072);
   CHECK(after.all_reduce_until == 262144);
+  CHECK(after.all_gather == 32768);
+  CHECK(after.broadcast_until == kNoUpperBound);
   // reduce's walk went on from 512 KiB, where the cache says it was cut: where it ends, or where
   // it was cut again.
   CHECK((after.reduce_until == kNoUpperBound ||

@@ -85,7 +85,16 @@ inline size_t out_of_place_through_kernel(const Config& config, int ranks) {
   return config.cma_out_of_place_bytes / static_cast<size_t>(std::max(ranks, 2)) * 2;
 }
 
-// all_gather and broadcast: DCOMM_CMA_BYTES is where one process_vm_readv pays
+// The largest size the host tuning's walks time (comm/tuning.hpp).
+inline constexpr size_t kCopyWalkLast = 2u << 20;
+
+// all_gather and broadcast: in the run of sizes where the host tuning found single copy ahead
+// of the FIFO algorithms (Config::cma_all_gather_bytes, cma_broadcast_bytes), timed where it
+// runs, up to the largest size it timed. Above that, and where not measured, DCOMM_CMA_BYTES's
+// rule: single copy keeps each byte off the FIFO's two copies, and on 4 processes here it took
+// 0.52-0.96x the ring's time at 2-8 MiB where the walk had timed it behind at 2 MiB (the ring's
+// calls there vary 3x from call to call; on 2 processes within 0.8-1.07x of the ring's at 4-16
+// MiB; figures: docs/benchmarking.md). DCOMM_CMA_BYTES is where one process_vm_readv pays
 // (comm/host_tuning.hpp), and a receiver makes one per peer block: the whole buffer for
 // broadcast, output / ranks for all_gather (2 processes: 16 KiB, 8 KiB blocks, took 0.92-0.96x
 // single copy's time through the FIFO; 32 KiB 0.70-0.89x the FIFO's through the kernel). With
@@ -93,6 +102,10 @@ inline size_t out_of_place_through_kernel(const Config& config, int ranks) {
 // its peers' buffers waits for each of them to be scheduled first, and the FIFO's pipelined
 // steps were ahead below that (figures: docs/environment.md, DCOMM_CMA_BYTES).
 inline bool single_copy_reads_pay(const CallShape& c, const Config& config, const LinkModel& link) {
+  const bool gather = c.kind == OpKind::kAllGather;
+  const size_t from = gather ? config.cma_all_gather_bytes : config.cma_broadcast_bytes;
+  const size_t until = gather ? config.cma_all_gather_until_bytes : config.cma_broadcast_until_bytes;
+  if (from != kByCmaBytes && c.bytes() <= kCopyWalkLast) return from && c.bytes() >= from && c.bytes() < until;
   const bool per_block = c.kind == OpKind::kAllGather && link.load <= 1;
   const size_t read = per_block ? c.bytes() / static_cast<size_t>(c.ranks) : c.bytes();
   return config.cma_bytes && read >= oversubscribed_threshold(config.cma_bytes, link.load);

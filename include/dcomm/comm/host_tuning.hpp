@@ -19,7 +19,9 @@
 //                    direct exchange is ahead of them: timed side by side by every rank of the
 //                    first communicator of each shape on the host (ranks, and processes or
 //                    threads), since it takes them all (comm/tuning.hpp's tune_shape); kept in
-//                    the same cache, one line per shape.
+//                    the same cache, one line per shape. all_gather's and broadcast's runs of
+//                    single copy likewise (no variable of their own: DCOMM_CMA_BYTES, set,
+//                    serves them by its rule).
 // What stays fixed, and why: docs/environment.md ("Tuned where it runs").
 //
 // DCOMM_HOST_TUNING=off keeps the compiled-in defaults. The cache: DCOMM_HOST_TUNING_CACHE, else
@@ -39,6 +41,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <istream>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <ostream>
@@ -59,8 +62,9 @@
 DCOMM_NAMESPACE_BEGIN
 
 // The thresholds measured for communicators of one shape on this host ("2-processes",
-// "4-threads"): from which size single copy reduces ahead of the FIFO algorithms (all_reduce,
-// reduce_scatter, reduce) and from which it is behind them again (the `_until`s; kNoUpperBound:
+// "4-threads"): from which size single copy reduces (all_reduce, reduce_scatter, reduce) or
+// copies (all_gather, broadcast) ahead of the FIFO algorithms and from which it is behind them
+// again (the `_until`s; kNoUpperBound:
 // not behind up to the largest size timed), and up to which size the direct exchange is ahead
 // (all_reduce). A threshold is 0 where it is not known: the set-ups that measured the shape
 // (`tries`) ran out of their budget before it (a loaded host), and the compiled-in value serves
@@ -68,13 +72,14 @@ DCOMM_NAMESPACE_BEGIN
 // the walk was cut (the `_next`s; 0: not cut).
 struct ShapeTuning {
   std::string shape;
-  size_t all_reduce = 0, reduce_scatter = 0, direct = 0, reduce = 0;
-  size_t all_reduce_until = 0, reduce_scatter_until = 0, reduce_until = 0;
-  size_t all_reduce_next = 0, reduce_scatter_next = 0, reduce_next = 0;
+  size_t all_reduce = 0, reduce_scatter = 0, direct = 0, reduce = 0, all_gather = 0, broadcast = 0;
+  size_t all_reduce_until = 0, reduce_scatter_until = 0, reduce_until = 0, all_gather_until = 0, broadcast_until = 0;
+  size_t all_reduce_next = 0, reduce_scatter_next = 0, reduce_next = 0, all_gather_next = 0, broadcast_next = 0;
   int tries = 0;
 
   bool complete() const {
-    return all_reduce && reduce_scatter && direct && reduce && all_reduce_until && reduce_scatter_until && reduce_until;
+    return all_reduce && reduce_scatter && direct && reduce && all_gather && broadcast && all_reduce_until &&
+           reduce_scatter_until && reduce_until && all_gather_until && broadcast_until;
   }
 };
 // Every set-up that measures times at least one size (its first round is never cut), and one
@@ -86,12 +91,15 @@ inline constexpr int kShapeTries = 8;
 // A shape's one text form, in the cache's "shape" lines and in what rank 0 publishes at set-up.
 inline std::ostream& operator<<(std::ostream& out, const ShapeTuning& r) {
   return out << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << " " << r.direct << " " << r.reduce << " "
-             << r.all_reduce_until << " " << r.reduce_scatter_until << " " << r.reduce_until << " " << r.all_reduce_next
-             << " " << r.reduce_scatter_next << " " << r.reduce_next << " " << r.tries;
+             << r.all_gather << " " << r.broadcast << " " << r.all_reduce_until << " " << r.reduce_scatter_until << " "
+             << r.reduce_until << " " << r.all_gather_until << " " << r.broadcast_until << " " << r.all_reduce_next
+             << " " << r.reduce_scatter_next << " " << r.reduce_next << " " << r.all_gather_next << " "
+             << r.broadcast_next << " " << r.tries;
 }
 inline std::istream& operator>>(std::istream& in, ShapeTuning& r) {
-  return in >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct >> r.reduce >> r.all_reduce_until >>
-         r.reduce_scatter_until >> r.reduce_until >> r.all_reduce_next >> r.reduce_scatter_next >> r.reduce_next >>
+  return in >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct >> r.reduce >> r.all_gather >> r.broadcast >>
+         r.all_reduce_until >> r.reduce_scatter_until >> r.reduce_until >> r.all_gather_until >> r.broadcast_until >>
+         r.all_reduce_next >> r.reduce_scatter_next >> r.reduce_next >> r.all_gather_next >> r.broadcast_next >>
          r.tries;
 }
 
@@ -103,7 +111,9 @@ inline std::string describe(const ShapeTuning& t) {
   };
   return detail::cat("single copy reduces in ", range(t.all_reduce, t.all_reduce_until), " (all_reduce), ",
                      range(t.reduce_scatter, t.reduce_scatter_until), " (reduce_scatter), ",
-                     range(t.reduce, t.reduce_until), " bytes (reduce); direct up to ", t.direct, " bytes");
+                     range(t.reduce, t.reduce_until), " bytes (reduce), copies in ",
+                     range(t.all_gather, t.all_gather_until), " (all_gather), ", range(t.broadcast, t.broadcast_until),
+                     " bytes (broadcast); direct up to ", t.direct, " bytes");
 }
 
 struct HostMeasure {
@@ -129,8 +139,9 @@ namespace detail {
 // Raised when what the cache holds, or what its timings would find, changes (4: single copy folds
 // out-of-place tiles in the output, so it overtakes the ring at other sizes; 5: a shape line
 // counts its tries and leaves what the budget did not reach at 0; 6: and says where single copy
-// falls behind again; 7: and where the budget cut each walk).
-inline constexpr int kHostTuningFormat = 7;
+// falls behind again; 7: and where the budget cut each walk; 8: and all_gather's and broadcast's
+// runs).
+inline constexpr int kHostTuningFormat = 8;
 
 inline std::string first_field(const char* path, const std::string& key) {
   std::ifstream in(path);
@@ -261,19 +272,23 @@ inline HostTuningMemo& host_tuning_memo() {
 }
 
 // The thresholds a DCOMM_* variable or the program chose: the tuning leaves them as they are.
+// all_gather's and broadcast's runs go with DCOMM_CMA_BYTES, whose rule serves them where set.
 struct ChosenThresholds {
-  bool cma, all_reduce, reduce_scatter, direct, reduce;
+  bool cma, all_reduce, reduce_scatter, direct, reduce, all_gather, broadcast;
 };
 inline ChosenThresholds chosen_thresholds(const Config& c) {
   const Config d;
   const bool reduce_env = !env_or("DCOMM_CMA_REDUCE_BYTES").empty();
   const bool scatter_env = reduce_env || !env_or("DCOMM_CMA_REDUCE_SCATTER_BYTES").empty();
-  return {!env_or("DCOMM_CMA_BYTES").empty() || c.cma_bytes != d.cma_bytes,
+  const bool cma = !env_or("DCOMM_CMA_BYTES").empty() || c.cma_bytes != d.cma_bytes;
+  return {cma,
           reduce_env || c.cma_reduce_bytes != d.cma_reduce_bytes,
           scatter_env || c.cma_reduce_scatter_bytes != d.cma_reduce_scatter_bytes,
           !env_or("DCOMM_DIRECT_BYTES").empty() || c.direct_bytes != d.direct_bytes,
           scatter_env || !env_or("DCOMM_CMA_REDUCE_ROOT_BYTES").empty() ||
-              c.cma_reduce_root_bytes != d.cma_reduce_root_bytes};
+              c.cma_reduce_root_bytes != d.cma_reduce_root_bytes,
+          cma || c.cma_all_gather_bytes != d.cma_all_gather_bytes,
+          cma || c.cma_broadcast_bytes != d.cma_broadcast_bytes};
 }
 
 // What each of a shape's walks (comm/tuning.hpp's shape_walks, in its order) times and where
@@ -281,7 +296,7 @@ inline ChosenThresholds chosen_thresholds(const Config& c) {
 // its start, end (none for the direct exchange's) and where an earlier set-up's budget ended
 // it in a ShapeTuning, the Config thresholds they set, and whether a variable or the program
 // chose those.
-inline constexpr size_t kShapeWalks = 4;
+inline constexpr size_t kShapeWalks = 6;
 struct WalkFields {
   OpKind kind;
   Algorithm candidate;
@@ -303,8 +318,34 @@ inline constexpr WalkFields kWalkFields[kShapeWalks] = {
      &ChosenThresholds::direct},
     {OpKind::kReduce, Algorithm::kSingleCopy, &ShapeTuning::reduce, &ShapeTuning::reduce_until,
      &ShapeTuning::reduce_next, &Config::cma_reduce_root_bytes, &Config::cma_reduce_root_until_bytes,
-     &ChosenThresholds::reduce}};
+     &ChosenThresholds::reduce},
+    {OpKind::kAllGather, Algorithm::kSingleCopy, &ShapeTuning::all_gather, &ShapeTuning::all_gather_until,
+     &ShapeTuning::all_gather_next, &Config::cma_all_gather_bytes, &Config::cma_all_gather_until_bytes,
+     &ChosenThresholds::all_gather},
+    {OpKind::kBroadcast, Algorithm::kSingleCopy, &ShapeTuning::broadcast, &ShapeTuning::broadcast_until,
+     &ShapeTuning::broadcast_next, &Config::cma_broadcast_bytes, &Config::cma_broadcast_until_bytes,
+     &ChosenThresholds::broadcast}};
 
+inline constexpr size_t kDirectWalk = 2;  // the direct exchange's row: a walk of its own rule (tuning.hpp)
+static_assert(kWalkFields[kDirectWalk].candidate == Algorithm::kDirect && !kWalkFields[kDirectWalk].until);
+
+// Whether a variable or the program chose every threshold a walk measures (nothing to time).
+inline bool all_chosen(const ChosenThresholds& chosen) {
+  return std::all_of(std::begin(kWalkFields), std::end(kWalkFields),
+                     [&](const WalkFields& f) { return chosen.*f.chosen; });
+}
+
+}  // namespace detail
+
+// A shape this set-up measures: what the cache knows of it already, and the thresholds a
+// variable or the program chose (taken before the set-up set DCOMM_CMA_BYTES), which the
+// tuning times but leaves as they are.
+struct ShapeToMeasure {
+  ShapeTuning known;
+  detail::ChosenThresholds chosen;
+};
+
+namespace detail {
 // A shape's known thresholds go to `config`, except those a variable or the program chose
 // (unbounded from the value chosen).
 inline void apply_shape_tuning(Config& config, const ChosenThresholds& chosen, const ShapeTuning& t) {
@@ -386,7 +427,7 @@ struct HostTuningContext {
 // thresholds this set-up must measure (comm/tuning.hpp: every rank can read every other's
 // memory, and the cache has none for it, or only some of them and fewer than kShapeTries tries),
 // with those known, or nothing.
-inline Result<std::optional<ShapeTuning>> agree_host_tuning(Config& config, const HostTuningContext& c) {
+inline Result<std::optional<ShapeToMeasure>> agree_host_tuning(Config& config, const HostTuningContext& c) {
   const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
   const bool threads = std::all_of(c.peers.begin(), c.peers.end(),
                                    [&](const PeerInfo& p) { return p.process_id == c.peers[0].process_id; });
@@ -398,14 +439,10 @@ inline Result<std::optional<ShapeTuning>> agree_host_tuning(Config& config, cons
   ShapeTuning known{shape};
   if (c.rank == 0 && config.host_tuned) {  // made from a tuned communicator: its values
     cma_bytes = config.cma_bytes;
-    known = {shape,
-             config.cma_reduce_bytes,
-             config.cma_reduce_scatter_bytes,
-             config.direct_bytes,
-             config.cma_reduce_root_bytes,
-             config.cma_reduce_until_bytes,
-             config.cma_reduce_scatter_until_bytes,
-             config.cma_reduce_root_until_bytes};
+    for (const detail::WalkFields& f : detail::kWalkFields) {
+      known.*f.found = config.*f.from_bytes;
+      if (f.until) known.*f.until = config.*f.until_bytes;
+    }
   } else if (c.rank == 0) {
     const HostTuning t = host_tuning();
     // Measured with the default FIFO slots; with others (DCOMM_SLOT_BYTES) the compiled-in values.
@@ -413,7 +450,7 @@ inline Result<std::optional<ShapeTuning>> agree_host_tuning(Config& config, cons
     const ShapeTuning* cached = default_slots ? t.measured.for_shape(shape) : nullptr;
     measure = !t.off && default_slots && c.single_copy && c.size >= 2 && c.size <= kAllPeerMaxRanks &&
               c.load <= kMaxTunedLoad && (!cached || (!cached->complete() && cached->tries < kShapeTries)) &&
-              !(chosen.all_reduce && chosen.reduce_scatter && chosen.direct && chosen.reduce);
+              !detail::all_chosen(chosen);
     cma_bytes = t.cma_bytes;
     if (cached) known = *cached;
     DCOMM_LOG(
@@ -441,9 +478,9 @@ inline Result<std::optional<ShapeTuning>> agree_host_tuning(Config& config, cons
   }
   if (!chosen.cma) config.cma_bytes = cma_bytes;
   config.host_tuned = true;
-  if (measure) return std::optional<ShapeTuning>(known);  // tune_shape applies it, with the rest
+  if (measure) return std::optional<ShapeToMeasure>({known, chosen});  // tune_shape applies it, with the rest
   detail::apply_shape_tuning(config, chosen, known);
-  return std::optional<ShapeTuning>();
+  return std::optional<ShapeToMeasure>();
 }
 
 DCOMM_NAMESPACE_END

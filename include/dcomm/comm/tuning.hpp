@@ -107,10 +107,12 @@ inline Status tune_link_model(LinkModel& link, int rank, int size, const RunColl
 
 namespace detail {
 inline constexpr double kShapeBudgetUs = 30'000;  // the bound on what a first set-up adds is 50 ms
-// Single copy's walks stop at 2 MiB: a call's fixed costs there are a few percent of its time
-// (AMD EPYC, 2 processes: the descriptors' swap about 5 us of all_reduce's 226), so what is
-// behind there stays behind, and the three walks fit the budget (4 MiB took it past 30 ms).
-inline constexpr size_t kSingleCopyFirst = 16u << 10, kSingleCopyLast = 2u << 20;
+// Single copy's walks stop at 2 MiB (kCopyWalkLast): a call's fixed costs there are a few
+// percent of its time (AMD EPYC, 2 processes: the descriptors' swap about 5 us of all_reduce's
+// 226), so what is behind there stays behind for the reductions, and the walks fit the budget
+// (4 MiB took it past 30 ms). all_gather's and broadcast's take DCOMM_CMA_BYTES's rule above it
+// (algorithm_choice.hpp).
+inline constexpr size_t kSingleCopyFirst = 16u << 10, kSingleCopyLast = kCopyWalkLast;
 inline constexpr int kShortCallRounds = 5;  // slowest_us's means of calls under 50 us (a few ms of timing)
 
 // One walk up the sizes, doubling, that rank 0 makes: the next size to time (0: done) and what
@@ -170,14 +172,14 @@ struct SizeWalk {
 
 // tune_shape's walks: single copy's all_reduce and reduce_scatter, 16 KiB to 2 MiB; the direct
 // all_reduce, 4 KiB to 16 KiB (at most a slot), 2 KiB where it is behind at 4 KiB; single copy's
-// reduce, as the first two (host_tuning.hpp's kWalkFields: what each times, and where its
-// thresholds go).
+// reduce, all_gather and broadcast, as the first two (host_tuning.hpp's kWalkFields: what each
+// times, and where its thresholds go).
 inline std::array<SizeWalk, kShapeWalks> shape_walks(size_t slot_bytes) {
   using Rule = SizeWalk::Rule;
-  return {SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kSingleCopyLast},
-          SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kSingleCopyLast},
-          SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048},
-          SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kSingleCopyLast}};
+  std::array<SizeWalk, kShapeWalks> walks;
+  walks.fill(SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kSingleCopyLast});
+  walks[kDirectWalk] = SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048};
+  return walks;
 }
 
 // Which walk times next (kShapeWalks: none): the direct exchange's first (its sizes are the
@@ -185,7 +187,8 @@ inline std::array<SizeWalk, kShapeWalks> shape_walks(size_t slot_bytes) {
 // budget ends mid-way leaves whole walks known for the next (a walk cut before its run starts
 // keeps nothing, and interleaved, 4 processes on 2 cores never finished one in three set-ups).
 inline size_t next_walk(const std::array<SizeWalk, kShapeWalks>& walks) {
-  for (size_t k : {size_t{2}, size_t{0}, size_t{1}, size_t{3}})
+  if (walks[kDirectWalk].next) return kDirectWalk;
+  for (size_t k = 0; k < kShapeWalks; ++k)
     if (walks[k].next) return k;
   return kShapeWalks;
 }
@@ -232,12 +235,15 @@ inline Result<ShapeTuning> agree_walks(const RunCollective& run, int rank,
   return t;
 }
 
-// Call d with algorithms a and b, side by side: us[i], the slowest rank's best of its means,
+// Call d with algorithms a and b, side by side: us[i], the slowest rank's median of its means,
 // taken in turn with the other's (a drift while the ranks settle falls on both). Enough calls a
 // mean (about 100 us of them, 1 to 64, as the slowest rank saw one call of each) that the ranks'
 // skew at its start and end is small beside them, and few where a call is long or a loaded host
 // makes every call slow; kShortCallRounds means where a call is short, three where one call is
-// the mean (the budget's share of those is larger).
+// the mean (the budget's share of those is larger). The median, not the best: with more ranks
+// than cores the FIFO algorithms' calls vary 2-3x from one to the next (4 processes on 2 cores,
+// a 2 MiB all_gather's ring 380-1170 us, single copy's 390-560), and the best of a few took the
+// ring's luckiest for its time.
 inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algorithm (&algorithms)[2], double us[2]) {
   Status s;
   int i = 0;  // the algorithm `call` runs
@@ -252,9 +258,13 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
   DCOMM_RETURN_IF_ERROR(max_over_ranks(run, us, 2));
   const int iters = static_cast<int>(std::clamp(100.0 / std::max({us[0], us[1], 0.05}), 1.0, 64.0));
   const int rounds = iters > 1 ? kShortCallRounds : 3;
-  us[0] = us[1] = 1e300;
+  std::vector<double> means[2];
   for (int r = 0; r < rounds; ++r)
-    for (i = 0; i < 2; ++i) us[i] = std::min(us[i], best_mean_us(1, iters, call));
+    for (i = 0; i < 2; ++i) means[i].push_back(best_mean_us(1, iters, call));
+  for (i = 0; i < 2; ++i) {
+    std::nth_element(means[i].begin(), means[i].begin() + rounds / 2, means[i].end());
+    us[i] = means[i][static_cast<size_t>(rounds / 2)];
+  }
   if (!s.ok()) return s.with_context("timing the thresholds of this shape (the host tuning)");
   return max_over_ranks(run, us, 2);
 }
@@ -262,8 +272,9 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 
 // Collective over a communicator whose ranks can all read each other's memory (one host, at
 // most kAllPeerMaxRanks): from which size single copy is ahead of what the cost model would run
-// otherwise, and from which it is behind again, for all_reduce, reduce_scatter and reduce (to
-// rank 0), and up to which size the direct all_reduce is (shape_walks). Each candidate and the
+// otherwise, and from which it is behind again, for all_reduce, reduce_scatter, reduce (to
+// rank 0), all_gather and broadcast (from rank 0), and up to which size the direct all_reduce is
+// (shape_walks). Each candidate and the
 // alternative are timed side by side (float32 sums; slowest_us), out of place (a shape is timed
 // up to kMaxTunedLoad ranks a core, where out-of-place reductions go through the kernel too); the
 // sizes found serve in place too (AMD EPYC, 2 processes: single copy's all_reduce 1.4-1.9x the
@@ -275,14 +286,16 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // set-up's, whose budget ran out before the rest) are not timed again; those this one does not
 // reach either stay 0 in the cache, with the size where each walk was cut, for a later set-up
 // to go on from (host_tuning.hpp's kShapeTries).
-inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, const ShapeTuning& known,
+inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, const ShapeToMeasure& shape,
                          const RunCollective& run) {
   using Clock = std::chrono::steady_clock;
+  const ShapeTuning& known = shape.known;
+  const detail::ChosenThresholds& chosen = shape.chosen;
   const int size = facts.size();
   std::vector<float> in(detail::kSingleCopyLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
   constexpr size_t kWalks = detail::kShapeWalks;
-  Config without[kWalks] = {config, config, config, config};  // each walk's candidate never chosen
-  for (size_t k = 0; k < kWalks; ++k) without[k].*detail::kWalkFields[k].from_bytes = 0;
+  std::array<Config, kWalks> without;  // each walk's candidate never chosen
+  for (size_t k = 0; k < kWalks; ++k) (without[k] = config).*detail::kWalkFields[k].from_bytes = 0;
   std::array<detail::SizeWalk, kWalks> walks = detail::shape_walks_from(known, config.slot_bytes);
   // The links to every peer first (the direct exchange talks to each), off the budget's clock:
   // a cost the first collectives would pay anyway, which made the first round look long enough
@@ -296,7 +309,7 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   std::string timings;
   double round_us[kWalks] = {};  // each walk's last round (rank 0's)
   for (;;) {
-    double plan[kWalks] = {0, 0, 0, 0};
+    double plan[kWalks] = {};
     if (rank == 0) {
       // The next round is about twice its walk's last; where it would pass the budget, the walks
       // end here (SizeWalk::end_early: where each got is kept).
@@ -311,8 +324,8 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
     const auto k = static_cast<size_t>(std::find_if(plan, plan + kWalks, [](double v) { return v > 0; }) - plan);
     if (k == kWalks) break;
     const OpKind kind = detail::kWalkFields[k].kind;
-    const bool rs = kind == OpKind::kReduceScatter;
-    const size_t count = static_cast<size_t>(plan[k]) / sizeof(float) / static_cast<size_t>(rs ? size : 1);
+    const bool per_rank = kind == OpKind::kReduceScatter || kind == OpKind::kAllGather;  // CallShape::bytes
+    const size_t count = static_cast<size_t>(plan[k]) / sizeof(float) / static_cast<size_t>(per_rank ? size : 1);
     const CallShape call{kind, count, sizeof(float), size, /*in_place=*/false, facts.hosts};
     const Algorithm algorithms[2] = {choose_algorithm(call, without[k], facts.single_copy, facts.link).algorithm,
                                      detail::kWalkFields[k].candidate};
@@ -328,7 +341,6 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   auto found = detail::agree_walks(run, rank, walks, known);
   if (!found.ok()) return found.status();
   const ShapeTuning& t = *found;
-  const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
   detail::apply_shape_tuning(config, chosen, t);
   if (rank == 0) {
     DCOMM_LOG(kInfo, kSubsysTuning, rank, t.shape, ": ", describe(t), "; measured in ",
@@ -338,7 +350,8 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
               : t.tries < kShapeTries
                   ? " (the budget ran out: 0 is not known, the compiled-in value, until a later set-up)"
                   : " (the budget ran out: 0 is not known, the compiled-in value from now on)",
-              chosen.all_reduce || chosen.reduce_scatter || chosen.direct || chosen.reduce
+              std::any_of(std::begin(detail::kWalkFields), std::end(detail::kWalkFields),
+                          [&](const detail::WalkFields& f) { return chosen.*f.chosen; })
                   ? " (what a variable or the program chose is kept)"
                   : "",
               ":", timings);
