@@ -274,9 +274,9 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // most kAllPeerMaxRanks): from which size single copy is ahead of what the cost model would run
 // otherwise, and from which it is behind again, for all_reduce, reduce_scatter, reduce (to
 // rank 0), all_gather and broadcast (from rank 0), and up to which size the direct all_reduce is
-// (shape_walks). Each candidate and the
-// alternative are timed side by side (float32 sums; slowest_us), out of place (a shape is timed
-// up to kMaxTunedLoad ranks a core, where out-of-place reductions go through the kernel too); the
+// (shape_walks). Each candidate and the alternative are timed side by side (float32 sums;
+// slowest_us), out of place (a shape is timed up to kMaxTunedLoad ranks a core, where
+// out-of-place reductions go through the kernel too); the
 // sizes found serve in place too (AMD EPYC, 2 processes: single copy's all_reduce 1.4-1.9x the
 // ring's time from 256 KiB in place as out of place). A round times one size of one walk, in
 // next_walk's order; rank 0 plans every round and ends the walks where the next (a size twice
