@@ -106,7 +106,7 @@ inline bool single_copy_reads_pay(const CallShape& c, const Config& config, cons
   const size_t from = gather ? config.cma_all_gather_bytes : config.cma_broadcast_bytes;
   const size_t until = gather ? config.cma_all_gather_until_bytes : config.cma_broadcast_until_bytes;
   if (from != kByCmaBytes && c.bytes() <= kCopyWalkLast) return from && c.bytes() >= from && c.bytes() < until;
-  const bool per_block = c.kind == OpKind::kAllGather && link.load <= 1;
+  const bool per_block = gather && link.load <= 1;
   const size_t read = per_block ? c.bytes() / static_cast<size_t>(c.ranks) : c.bytes();
   return config.cma_bytes && read >= oversubscribed_threshold(config.cma_bytes, link.load);
 }

@@ -329,10 +329,10 @@ inline constexpr WalkFields kWalkFields[kShapeWalks] = {
 inline constexpr size_t kDirectWalk = 2;  // the direct exchange's row: a walk of its own rule (tuning.hpp)
 static_assert(kWalkFields[kDirectWalk].candidate == Algorithm::kDirect && !kWalkFields[kDirectWalk].until);
 
-// Whether a variable or the program chose every threshold a walk measures (nothing to time).
-inline bool all_chosen(const ChosenThresholds& chosen) {
-  return std::all_of(std::begin(kWalkFields), std::end(kWalkFields),
-                     [&](const WalkFields& f) { return chosen.*f.chosen; });
+// How many walks' thresholds a variable or the program chose (all kShapeWalks: nothing to time).
+inline size_t walks_chosen(const ChosenThresholds& chosen) {
+  return static_cast<size_t>(std::count_if(std::begin(kWalkFields), std::end(kWalkFields),
+                                           [&](const WalkFields& f) { return chosen.*f.chosen; }));
 }
 
 }  // namespace detail
@@ -450,7 +450,7 @@ inline Result<std::optional<ShapeToMeasure>> agree_host_tuning(Config& config, c
     const ShapeTuning* cached = default_slots ? t.measured.for_shape(shape) : nullptr;
     measure = !t.off && default_slots && c.single_copy && c.size >= 2 && c.size <= kAllPeerMaxRanks &&
               c.load <= kMaxTunedLoad && (!cached || (!cached->complete() && cached->tries < kShapeTries)) &&
-              !detail::all_chosen(chosen);
+              detail::walks_chosen(chosen) < detail::kShapeWalks;
     cma_bytes = t.cma_bytes;
     if (cached) known = *cached;
     DCOMM_LOG(

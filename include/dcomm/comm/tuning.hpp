@@ -112,7 +112,7 @@ inline constexpr double kShapeBudgetUs = 30'000;  // the issue's bound on what a
 // 226), so what is behind there stays behind for the reductions, and the walks fit the budget
 // (4 MiB took it past 30 ms). all_gather's and broadcast's take DCOMM_CMA_BYTES's rule above it
 // (algorithm_choice.hpp).
-inline constexpr size_t kSingleCopyFirst = 16u << 10, kSingleCopyLast = kCopyWalkLast;
+inline constexpr size_t kSingleCopyFirst = 16u << 10;
 inline constexpr int kShortCallRounds = 5;  // slowest_us's means of calls under 50 us (a few ms of timing)
 
 // One walk up the sizes, doubling, that rank 0 makes: the next size to time (0: done) and what
@@ -177,7 +177,7 @@ struct SizeWalk {
 inline std::array<SizeWalk, kShapeWalks> shape_walks(size_t slot_bytes) {
   using Rule = SizeWalk::Rule;
   std::array<SizeWalk, kShapeWalks> walks;
-  walks.fill(SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kSingleCopyLast});
+  walks.fill(SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kCopyWalkLast});
   walks[kDirectWalk] = SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048};
   return walks;
 }
@@ -292,7 +292,7 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   const ShapeTuning& known = shape.known;
   const detail::ChosenThresholds& chosen = shape.chosen;
   const int size = facts.size();
-  std::vector<float> in(detail::kSingleCopyLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
+  std::vector<float> in(kCopyWalkLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
   constexpr size_t kWalks = detail::kShapeWalks;
   std::array<Config, kWalks> without;  // each walk's candidate never chosen
   for (size_t k = 0; k < kWalks; ++k) (without[k] = config).*detail::kWalkFields[k].from_bytes = 0;
@@ -350,11 +350,7 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
               : t.tries < kShapeTries
                   ? " (the budget ran out: 0 is not known, the compiled-in value, until a later set-up)"
                   : " (the budget ran out: 0 is not known, the compiled-in value from now on)",
-              std::any_of(std::begin(detail::kWalkFields), std::end(detail::kWalkFields),
-                          [&](const detail::WalkFields& f) { return chosen.*f.chosen; })
-                  ? " (what a variable or the program chose is kept)"
-                  : "",
-              ":", timings);
+              detail::walks_chosen(chosen) ? " (what a variable or the program chose is kept)" : "", ":", timings);
     remember_shape_tuning(t);
   }
   return {};
