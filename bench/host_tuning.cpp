@@ -24,10 +24,10 @@
 
 namespace {
 // A single-copy threshold's run of sizes, "64K-256K" (through the kernel from the first, behind
-// again from the second; "64K-" where it is not; "rule": all_gather's or broadcast's not timed,
-// DCOMM_CMA_BYTES's rule).
+// again from the second; "64K-" where it is not; "rule": not timed, all_gather's or broadcast's by
+// DCOMM_CMA_BYTES's rule, recursive doubling's by the cost model).
 std::string run_of(size_t from, size_t until) {
-  if (from == dcomm::kByCmaBytes) return "rule";
+  if (from == dcomm::kNotMeasured) return "rule";
   auto text = [](size_t b) {
     return b % (1u << 20) == 0 ? std::to_string(b >> 20) + "M"
            : b % 1024 == 0     ? std::to_string(b >> 10) + "K"
@@ -47,13 +47,14 @@ int set_up(int rank, int n, const std::string& id_text, const char* what) {
   dcomm::Communicator& c = **comm;
   if (!c.all_reduce(&ms, &ms, 1, dcomm::DataType::kFloat64, dcomm::ReduceOp::kMax).ok()) return 4;
   if (rank == 0)
-    std::printf("  %-30s %8.2f %10zu %12s %14s %8zu %12s %12s %12s\n", what, ms, c.config().cma_bytes,
+    std::printf("  %-30s %8.2f %10zu %12s %14s %8zu %12s %12s %12s %10s\n", what, ms, c.config().cma_bytes,
                 run_of(c.config().cma_reduce_bytes, c.config().cma_reduce_until_bytes).c_str(),
                 run_of(c.config().cma_reduce_scatter_bytes, c.config().cma_reduce_scatter_until_bytes).c_str(),
                 c.config().direct_bytes,
                 run_of(c.config().cma_reduce_root_bytes, c.config().cma_reduce_root_until_bytes).c_str(),
                 run_of(c.config().cma_all_gather_bytes, c.config().cma_all_gather_until_bytes).c_str(),
-                run_of(c.config().cma_broadcast_bytes, c.config().cma_broadcast_until_bytes).c_str());
+                run_of(c.config().cma_broadcast_bytes, c.config().cma_broadcast_until_bytes).c_str(),
+                run_of(c.config().recursive_doubling_bytes, c.config().recursive_doubling_until_bytes).c_str());
   std::fflush(stdout);  // the fork's child leaves by _exit
   return 0;
 }
@@ -78,10 +79,11 @@ int main(int argc, char** argv) {
     std::printf(
         "# a set-up of %d ranks (processes), the slowest rank's; the DCOMM_*_BYTES it took (CMA_REDUCE*: single\n"
         "# copy through the kernel from the first size, behind the ring again from the second; ALL_GATHER,\n"
-        "# BROADCAST: single copy's run up to 2M, 'rule': not timed yet, DCOMM_CMA_BYTES's rule)\n"
-        "# %-30s %8s %10s %12s %14s %8s %12s %12s %12s\n",
+        "# BROADCAST: single copy's run up to 2M; REC_DOUBL.: all_reduce's recursive doubling's run up to\n"
+        "# 512K; 'rule': not timed yet, DCOMM_CMA_BYTES's rule or the cost model's)\n"
+        "# %-30s %8s %10s %12s %14s %8s %12s %12s %12s %10s\n",
         ranks, "tuning", "ms", "CMA", "CMA_REDUCE", "CMA_REDUCE_SC.", "DIRECT", "CMA_RED_ROOT", "ALL_GATHER",
-        "BROADCAST");
+        "BROADCAST", "REC_DOUBL.");
     const char* passes[3] = {"off (DCOMM_HOST_TUNING=off)", "measured (no cache)", "read from the cache"};
     std::fflush(stdout);  // not copied into the children
     for (const char* what : passes) {

@@ -53,8 +53,10 @@ TEST_CASE(
   two.all_reduce = 32768, two.reduce_scatter = 2097152, two.direct = 8192, two.reduce = 131072;
   two.all_gather = 16384, two.broadcast = 2097152, two.all_reduce_until = 262144, two.reduce_scatter_until = 2097152;
   two.reduce_until = kNoUpperBound, two.all_gather_until = 131072, two.broadcast_until = kNoUpperBound, two.tries = 2;
+  two.recursive_doubling = 32768, two.recursive_doubling_until = 131072;
   four.all_reduce = 65536, four.reduce_scatter = 1048576, four.direct = 2048, four.reduce = 65536;
   four.all_reduce_next = 524288, four.reduce_next = 16384, four.all_gather_next = 65536, four.tries = 1;
+  four.recursive_doubling = 16384, four.recursive_doubling_next = 262144;
   REQUIRE(write_host_tuning(path, sig, {0.5, 20, {two, four}}).ok());
   back = read_host_tuning(path, sig, &why);
   REQUIRE(back);
@@ -78,6 +80,12 @@ TEST_CASE(
   CHECK(back->for_shape("4-threads")->all_gather == 0);
   CHECK(back->for_shape("4-threads")->all_gather_next == 65536);
   CHECK(back->for_shape("4-threads")->broadcast_next == 0);
+  CHECK(back->for_shape("2-processes")->recursive_doubling == 32768);
+  CHECK(back->for_shape("2-processes")->recursive_doubling_until == 131072);
+  CHECK(back->for_shape("2-processes")->recursive_doubling_next == 0);
+  CHECK(back->for_shape("4-threads")->recursive_doubling == 16384);
+  CHECK(back->for_shape("4-threads")->recursive_doubling_until == 0);
+  CHECK(back->for_shape("4-threads")->recursive_doubling_next == 262144);
   CHECK(back->for_shape("4-threads")->tries == 1);
   CHECK(back->for_shape("2-processes")->tries == 2);
   CHECK_FALSE(back->for_shape("3-threads"));
@@ -158,13 +166,18 @@ TEST_CASE(
   CHECK(walks[0].next == 32768);
   CHECK(walks[1].next == 16384);                     // each walks on its own
   CHECK(detail::shape_walks(8192)[2].last == 8192);  // direct takes at most a slot
-  // The order: the direct exchange's walk, then single copy's one after another, each to its end.
+  // The order: the direct exchange's walk, recursive doubling's, then single copy's one after
+  // another, each to its end.
   auto order = detail::shape_walks(Config{}.slot_bytes);
   CHECK(detail::next_walk(order) == 2);
   order[2].record(false);  // behind at 4 KiB: timed again
   CHECK(detail::next_walk(order) == 2);
   CHECK(order[2].next == 4096);
-  order[2].record(false);  // behind again: done
+  order[2].record(false);                                    // behind again: done
+  CHECK(detail::next_walk(order) == detail::kDoublingWalk);  // recursive doubling's, to 512 KiB
+  CHECK(order[detail::kDoublingWalk].next == 16384);
+  CHECK(order[detail::kDoublingWalk].last == kFifoWalkLast);
+  order[detail::kDoublingWalk].next = 0;
   CHECK(detail::next_walk(order) == 0);
   order[0].record(true);
   CHECK(detail::next_walk(order) == 0);  // all_reduce's walk goes on
@@ -265,11 +278,14 @@ TEST_CASE(
   const size_t reduce_scatter_until = until(entry->reduce_scatter_until);
   const size_t reduce_until = until(entry->reduce_until);
   // all_gather's and broadcast's: where not known, DCOMM_CMA_BYTES's rule.
-  auto copies = [](size_t measured) { return measured ? measured : kByCmaBytes; };
+  auto copies = [](size_t measured) { return measured ? measured : kNotMeasured; };
   const size_t all_gather = copies(entry->all_gather), broadcast = copies(entry->broadcast);
   const size_t all_gather_until = until(entry->all_gather_until), broadcast_until = until(entry->broadcast_until);
   for (size_t from : {all_gather, broadcast})
-    CHECK((from == kByCmaBytes || (from >= 16384 && from <= size_t{2} << 20)));
+    CHECK((from == kNotMeasured || (from >= 16384 && from <= size_t{2} << 20)));
+  // recursive doubling's: where not known, the cost model's choice; its walk ends at 512 KiB.
+  const size_t doubling = copies(entry->recursive_doubling), doubling_until = until(entry->recursive_doubling_until);
+  CHECK((doubling == kNotMeasured || (doubling >= 16384 && doubling <= kFifoWalkLast)));
   CHECK(all_reduce >= 16384);
   CHECK(all_reduce <= size_t{2} << 20);
   CHECK(reduce_scatter >= 16384);
@@ -279,9 +295,9 @@ TEST_CASE(
   CHECK(direct <= 16384);
   for (auto [from, to] : {std::pair{all_reduce, all_reduce_until}, std::pair{reduce_scatter, reduce_scatter_until},
                           std::pair{reduce, reduce_until}, std::pair{all_gather, all_gather_until},
-                          std::pair{broadcast, broadcast_until}}) {
-    if (from == kByCmaBytes) continue;  // all_gather's or broadcast's, not known
-    CHECK(to >= from);                  // equal: single copy was behind through the last size timed
+                          std::pair{broadcast, broadcast_until}, std::pair{doubling, doubling_until}}) {
+    if (from == kNotMeasured) continue;  // all_gather's, broadcast's or recursive doubling's, not known
+    CHECK(to >= from);                   // equal: the candidate was behind through the last size timed
     CHECK((to == kNoUpperBound || to <= size_t{2} << 20));
   }
   for (auto& c : *comms) {
@@ -296,13 +312,15 @@ TEST_CASE(
     CHECK(c->config().cma_all_gather_until_bytes == all_gather_until);
     CHECK(c->config().cma_broadcast_bytes == broadcast);
     CHECK(c->config().cma_broadcast_until_bytes == broadcast_until);
+    CHECK(c->config().recursive_doubling_bytes == doubling);
+    CHECK(c->config().recursive_doubling_until_bytes == doubling_until);
   }
   // Either side of what it chose, all_reduce, reduce_scatter and reduce (in and out of place),
   // all_gather and broadcast are exact.
   std::vector<size_t> thresholds = {all_reduce, reduce_scatter, direct, reduce};
-  for (size_t t :
-       {all_reduce_until, reduce_scatter_until, reduce_until, all_gather, all_gather_until, broadcast, broadcast_until})
-    if (t != kNoUpperBound && t != kByCmaBytes) thresholds.push_back(t);
+  for (size_t t : {all_reduce_until, reduce_scatter_until, reduce_until, all_gather, all_gather_until, broadcast,
+                   broadcast_until, doubling, doubling_until})
+    if (t != kNoUpperBound && t != kNotMeasured) thresholds.push_back(t);
   for (size_t threshold : thresholds)
     for (size_t bytes : {threshold - 64, threshold, threshold + 64}) {
       CAPTURE(bytes);

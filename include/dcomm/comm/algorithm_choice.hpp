@@ -2,9 +2,9 @@
 // shares (size, config, whether single copy works), so all ranks pick the same one: they must,
 // since the algorithms exchange different messages.
 //
-// In order: an algorithm forced by DCOMM_ALGO (when it can run this call); single copy and
-// direct where their measured thresholds say (docs/environment.md); otherwise the cost model
-// (comm/cost_model.hpp) picks the candidate with the least predicted time, and
+// In order: an algorithm forced by DCOMM_ALGO (when it can run this call); single copy, direct
+// and recursive doubling where their measured thresholds say (docs/environment.md); otherwise
+// the cost model (comm/cost_model.hpp) picks the candidate with the least predicted time, and
 // DCOMM_DEBUG_SUBSYS=TUNING logs every candidate's prediction.
 #pragma once
 
@@ -85,8 +85,23 @@ inline size_t out_of_place_through_kernel(const Config& config, int ranks) {
   return config.cma_out_of_place_bytes / static_cast<size_t>(std::max(ranks, 2)) * 2;
 }
 
-// The largest size the host tuning's walks time (comm/tuning.hpp).
+// The largest size the host tuning's walks of single copy time (comm/tuning.hpp).
 inline constexpr size_t kCopyWalkLast = 2u << 20;
+// The largest size the walk of recursive doubling times. It moves log2(n) x the ring's bytes,
+// and above this it was far behind (AMD EPYC, 4 processes on 2 cores: 2.4-3.6x the ring's time
+// at 256 KiB-1 MiB), where the cost model, which overrates its bytes at every size (6.5-7x
+// there; 3.5x at 32 KiB, where it took 0.8x), keeps it off too. Its calls there take ms: a
+// longer walk would not fit a set-up's budget.
+inline constexpr size_t kFifoWalkLast = 512u << 10;
+
+// all_reduce by recursive doubling where the host tuning timed it ahead of what runs otherwise,
+// up to the largest size it timed, on one host; nothing where not measured (the cost model
+// decides).
+inline std::optional<bool> recursive_doubling_measured(const CallShape& c, const Config& config) {
+  const size_t from = config.recursive_doubling_bytes, bytes = c.bytes();
+  if (c.kind != OpKind::kAllReduce || from == kNotMeasured || bytes > kFifoWalkLast || c.hosts > 1) return std::nullopt;
+  return from && bytes >= from && bytes < config.recursive_doubling_until_bytes;
+}
 
 // all_gather and broadcast: in the run of sizes where the host tuning found single copy ahead
 // of the FIFO algorithms (Config::cma_all_gather_bytes, cma_broadcast_bytes), timed where it
@@ -105,7 +120,7 @@ inline bool single_copy_reads_pay(const CallShape& c, const Config& config, cons
   const bool gather = c.kind == OpKind::kAllGather;
   const size_t from = gather ? config.cma_all_gather_bytes : config.cma_broadcast_bytes;
   const size_t until = gather ? config.cma_all_gather_until_bytes : config.cma_broadcast_until_bytes;
-  if (from != kByCmaBytes && c.bytes() <= kCopyWalkLast) return from && c.bytes() >= from && c.bytes() < until;
+  if (from != kNotMeasured && c.bytes() <= kCopyWalkLast) return from && c.bytes() >= from && c.bytes() < until;
   const bool per_block = gather && link.load <= 1;
   const size_t read = per_block ? c.bytes() / static_cast<size_t>(c.ranks) : c.bytes();
   return config.cma_bytes && read >= oversubscribed_threshold(config.cma_bytes, link.load);
@@ -182,10 +197,16 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
       default: break;
     }
   }
+  // ... and recursive doubling where the host tuning timed it against what runs without it
+  // (single copy first: its walk is timed against the FIFO algorithms, the cost model's).
+  const std::optional<bool> doubling = recursive_doubling_measured(c, config);
+  if (doubling.value_or(false) && can(Algorithm::kRecursiveDoubling))
+    return {Algorithm::kRecursiveDoubling, "measured"};
   Algorithm best = Algorithm::kRing;
   double best_us = predict_us(Algorithm::kRing, c, link);
   for (Algorithm a : allowed) {
     if (a == Algorithm::kSingleCopy || (a == Algorithm::kDirect && !direct)) continue;  // measured above
+    if (a == Algorithm::kRecursiveDoubling && doubling) continue;                       // measured behind
     double us = predict_us(a, c, link);
     if (us < best_us) best = a, best_us = us;
   }

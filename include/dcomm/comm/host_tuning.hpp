@@ -21,7 +21,8 @@
 //                    threads), since it takes them all (comm/tuning.hpp's tune_shape); kept in
 //                    the same cache, one line per shape. all_gather's and broadcast's runs of
 //                    single copy likewise (no variable of their own: DCOMM_CMA_BYTES, set,
-//                    serves them by its rule).
+//                    serves them by its rule), and all_reduce's run of recursive doubling
+//                    against what runs without it, up to 512 KiB (none: DCOMM_ALGO forces).
 // What stays fixed, and why: docs/environment.md ("Tuned where it runs").
 //
 // DCOMM_HOST_TUNING=off keeps the compiled-in defaults. The cache: DCOMM_HOST_TUNING_CACHE, else
@@ -72,14 +73,18 @@ DCOMM_NAMESPACE_BEGIN
 // the walk was cut (the `_next`s; 0: not cut).
 struct ShapeTuning {
   std::string shape;
-  size_t all_reduce = 0, reduce_scatter = 0, direct = 0, reduce = 0, all_gather = 0, broadcast = 0;
-  size_t all_reduce_until = 0, reduce_scatter_until = 0, reduce_until = 0, all_gather_until = 0, broadcast_until = 0;
-  size_t all_reduce_next = 0, reduce_scatter_next = 0, reduce_next = 0, all_gather_next = 0, broadcast_next = 0;
+  size_t all_reduce = 0, reduce_scatter = 0, direct = 0, reduce = 0, all_gather = 0, broadcast = 0,
+         recursive_doubling = 0;
+  size_t all_reduce_until = 0, reduce_scatter_until = 0, reduce_until = 0, all_gather_until = 0, broadcast_until = 0,
+         recursive_doubling_until = 0;
+  size_t all_reduce_next = 0, reduce_scatter_next = 0, reduce_next = 0, all_gather_next = 0, broadcast_next = 0,
+         recursive_doubling_next = 0;
   int tries = 0;
 
   bool complete() const {
-    return all_reduce && reduce_scatter && direct && reduce && all_gather && broadcast && all_reduce_until &&
-           reduce_scatter_until && reduce_until && all_gather_until && broadcast_until;
+    return all_reduce && reduce_scatter && direct && reduce && all_gather && broadcast && recursive_doubling &&
+           all_reduce_until && reduce_scatter_until && reduce_until && all_gather_until && broadcast_until &&
+           recursive_doubling_until;
   }
 };
 // Every set-up that measures times at least one size (its first round is never cut), and one
@@ -91,20 +96,22 @@ inline constexpr int kShapeTries = 8;
 // A shape's one text form, in the cache's "shape" lines and in what rank 0 publishes at set-up.
 inline std::ostream& operator<<(std::ostream& out, const ShapeTuning& r) {
   return out << r.shape << " " << r.all_reduce << " " << r.reduce_scatter << " " << r.direct << " " << r.reduce << " "
-             << r.all_gather << " " << r.broadcast << " " << r.all_reduce_until << " " << r.reduce_scatter_until << " "
-             << r.reduce_until << " " << r.all_gather_until << " " << r.broadcast_until << " " << r.all_reduce_next
-             << " " << r.reduce_scatter_next << " " << r.reduce_next << " " << r.all_gather_next << " "
-             << r.broadcast_next << " " << r.tries;
+             << r.all_gather << " " << r.broadcast << " " << r.recursive_doubling << " " << r.all_reduce_until << " "
+             << r.reduce_scatter_until << " " << r.reduce_until << " " << r.all_gather_until << " " << r.broadcast_until
+             << " " << r.recursive_doubling_until << " " << r.all_reduce_next << " " << r.reduce_scatter_next << " "
+             << r.reduce_next << " " << r.all_gather_next << " " << r.broadcast_next << " " << r.recursive_doubling_next
+             << " " << r.tries;
 }
 inline std::istream& operator>>(std::istream& in, ShapeTuning& r) {
   return in >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct >> r.reduce >> r.all_gather >> r.broadcast >>
-         r.all_reduce_until >> r.reduce_scatter_until >> r.reduce_until >> r.all_gather_until >> r.broadcast_until >>
-         r.all_reduce_next >> r.reduce_scatter_next >> r.reduce_next >> r.all_gather_next >> r.broadcast_next >>
-         r.tries;
+         r.recursive_doubling >> r.all_reduce_until >> r.reduce_scatter_until >> r.reduce_until >> r.all_gather_until >>
+         r.broadcast_until >> r.recursive_doubling_until >> r.all_reduce_next >> r.reduce_scatter_next >>
+         r.reduce_next >> r.all_gather_next >> r.broadcast_next >> r.recursive_doubling_next >> r.tries;
 }
 
 // A shape's thresholds for the log: "single copy reduces in [65536, 262144) bytes (all_reduce),
-// ...; direct up to 2048 bytes" (0: not known; "on": not behind again up to the largest size timed).
+// ...; direct up to 2048 bytes; recursive doubling in [32768, 131072) bytes" (0: not known; "on":
+// not behind again up to the largest size timed).
 inline std::string describe(const ShapeTuning& t) {
   auto range = [](size_t from, size_t until) {
     return until == kNoUpperBound ? detail::cat("[", from, ", on)") : detail::cat("[", from, ", ", until, ")");
@@ -113,7 +120,8 @@ inline std::string describe(const ShapeTuning& t) {
                      range(t.reduce_scatter, t.reduce_scatter_until), " (reduce_scatter), ",
                      range(t.reduce, t.reduce_until), " bytes (reduce), copies in ",
                      range(t.all_gather, t.all_gather_until), " (all_gather), ", range(t.broadcast, t.broadcast_until),
-                     " bytes (broadcast); direct up to ", t.direct, " bytes");
+                     " bytes (broadcast); direct up to ", t.direct, " bytes; recursive doubling in ",
+                     range(t.recursive_doubling, t.recursive_doubling_until), " bytes (all_reduce)");
 }
 
 struct HostMeasure {
@@ -140,8 +148,8 @@ namespace detail {
 // out-of-place tiles in the output, so it overtakes the ring at other sizes; 5: a shape line
 // counts its tries and leaves what the budget did not reach at 0; 6: and says where single copy
 // falls behind again; 7: and where the budget cut each walk; 8: and all_gather's and broadcast's
-// runs).
-inline constexpr int kHostTuningFormat = 8;
+// runs; 9: and recursive doubling's).
+inline constexpr int kHostTuningFormat = 9;
 
 inline std::string first_field(const char* path, const std::string& key) {
   std::ifstream in(path);
@@ -274,7 +282,7 @@ inline HostTuningMemo& host_tuning_memo() {
 // The thresholds a DCOMM_* variable or the program chose: the tuning leaves them as they are.
 // all_gather's and broadcast's runs go with DCOMM_CMA_BYTES, whose rule serves them where set.
 struct ChosenThresholds {
-  bool cma, all_reduce, reduce_scatter, direct, reduce, all_gather, broadcast;
+  bool cma, all_reduce, reduce_scatter, direct, reduce, all_gather, broadcast, recursive_doubling;
 };
 inline ChosenThresholds chosen_thresholds(const Config& c) {
   const Config d;
@@ -288,7 +296,8 @@ inline ChosenThresholds chosen_thresholds(const Config& c) {
           scatter_env || !env_or("DCOMM_CMA_REDUCE_ROOT_BYTES").empty() ||
               c.cma_reduce_root_bytes != d.cma_reduce_root_bytes,
           cma || c.cma_all_gather_bytes != d.cma_all_gather_bytes,
-          cma || c.cma_broadcast_bytes != d.cma_broadcast_bytes};
+          cma || c.cma_broadcast_bytes != d.cma_broadcast_bytes,
+          c.recursive_doubling_bytes != d.recursive_doubling_bytes};
 }
 
 // What each of a shape's walks (comm/tuning.hpp's shape_walks, in its order) times and where
@@ -296,7 +305,7 @@ inline ChosenThresholds chosen_thresholds(const Config& c) {
 // its start, end (none for the direct exchange's) and where an earlier set-up's budget ended
 // it in a ShapeTuning, the Config thresholds they set, and whether a variable or the program
 // chose those.
-inline constexpr size_t kShapeWalks = 6;
+inline constexpr size_t kShapeWalks = 7;
 struct WalkFields {
   OpKind kind;
   Algorithm candidate;
@@ -324,10 +333,15 @@ inline constexpr WalkFields kWalkFields[kShapeWalks] = {
      &ChosenThresholds::all_gather},
     {OpKind::kBroadcast, Algorithm::kSingleCopy, &ShapeTuning::broadcast, &ShapeTuning::broadcast_until,
      &ShapeTuning::broadcast_next, &Config::cma_broadcast_bytes, &Config::cma_broadcast_until_bytes,
-     &ChosenThresholds::broadcast}};
+     &ChosenThresholds::broadcast},
+    {OpKind::kAllReduce, Algorithm::kRecursiveDoubling, &ShapeTuning::recursive_doubling,
+     &ShapeTuning::recursive_doubling_until, &ShapeTuning::recursive_doubling_next, &Config::recursive_doubling_bytes,
+     &Config::recursive_doubling_until_bytes, &ChosenThresholds::recursive_doubling}};
 
 inline constexpr size_t kDirectWalk = 2;  // the direct exchange's row: a walk of its own rule (tuning.hpp)
 static_assert(kWalkFields[kDirectWalk].candidate == Algorithm::kDirect && !kWalkFields[kDirectWalk].until);
+inline constexpr size_t kDoublingWalk = 6;  // recursive doubling's: its sizes end at kFifoWalkLast
+static_assert(kWalkFields[kDoublingWalk].candidate == Algorithm::kRecursiveDoubling);
 
 // How many walks' thresholds a variable or the program chose (all kShapeWalks: nothing to time).
 inline size_t walks_chosen(const ChosenThresholds& chosen) {
@@ -346,14 +360,18 @@ struct ShapeToMeasure {
 };
 
 namespace detail {
-// A shape's known thresholds go to `config`, except those a variable or the program chose
-// (unbounded from the value chosen).
+// One walk's thresholds go to `config` where known (not 0), unless a variable or the program
+// chose them (unbounded from the value chosen).
+inline void apply_walk(Config& config, const ChosenThresholds& chosen, const WalkFields& f, size_t found,
+                       size_t until) {
+  if (chosen.*f.chosen) return;
+  if (found) config.*f.from_bytes = found;
+  if (f.until && until) config.*f.until_bytes = until;
+}
+
+// A shape's known thresholds go to `config`, as apply_walk.
 inline void apply_shape_tuning(Config& config, const ChosenThresholds& chosen, const ShapeTuning& t) {
-  for (const WalkFields& f : kWalkFields) {
-    if (chosen.*f.chosen) continue;
-    if (t.*f.found) config.*f.from_bytes = t.*f.found;
-    if (f.until && t.*f.until) config.*f.until_bytes = t.*f.until;
-  }
+  for (const WalkFields& f : kWalkFields) apply_walk(config, chosen, f, t.*f.found, f.until ? t.*f.until : 0);
 }
 }  // namespace detail
 

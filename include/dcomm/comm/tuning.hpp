@@ -172,22 +172,27 @@ struct SizeWalk {
 
 // tune_shape's walks: single copy's all_reduce and reduce_scatter, 16 KiB to 2 MiB; the direct
 // all_reduce, 4 KiB to 16 KiB (at most a slot), 2 KiB where it is behind at 4 KiB; single copy's
-// reduce, all_gather and broadcast, as the first two (host_tuning.hpp's kWalkFields: what each
-// times, and where its thresholds go).
+// reduce, all_gather and broadcast, as the first two; recursive doubling's all_reduce, 16 KiB to
+// 512 KiB (algorithm_choice.hpp's kFifoWalkLast), as they (host_tuning.hpp's kWalkFields: what
+// each times, and where its thresholds go).
 inline std::array<SizeWalk, kShapeWalks> shape_walks(size_t slot_bytes) {
   using Rule = SizeWalk::Rule;
   std::array<SizeWalk, kShapeWalks> walks;
   walks.fill(SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kCopyWalkLast});
   walks[kDirectWalk] = SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048};
+  walks[kDoublingWalk].last = kFifoWalkLast;
   return walks;
 }
 
-// Which walk times next (kShapeWalks: none): the direct exchange's first (its sizes are the
-// smallest), then single copy's, each to its end before the next starts, so that a set-up whose
-// budget ends mid-way leaves whole walks known for the next (a walk cut before its run starts
-// keeps nothing, and interleaved, 4 processes on 2 cores never finished one in three set-ups).
+// Which walk times next (kShapeWalks: none): the direct exchange's first and recursive
+// doubling's second (their sizes are the smallest, so a first set-up knows them: 4 processes on
+// 2 cores took 6 set-ups to walk them all), then single copy's in kWalkFields' order, each to its
+// end before the next starts, so that a set-up whose budget ends mid-way leaves whole walks known
+// for the next (a walk cut before its run starts keeps nothing, and interleaved, 4 processes on
+// 2 cores never finished one in three set-ups).
 inline size_t next_walk(const std::array<SizeWalk, kShapeWalks>& walks) {
-  if (walks[kDirectWalk].next) return kDirectWalk;
+  for (size_t k : {kDirectWalk, kDoublingWalk})
+    if (walks[k].next) return k;
   for (size_t k = 0; k < kShapeWalks; ++k)
     if (walks[k].next) return k;
   return kShapeWalks;
@@ -235,6 +240,38 @@ inline Result<ShapeTuning> agree_walks(const RunCollective& run, int rank,
   return t;
 }
 
+// Walk k's call of `bytes` (as CallShape::bytes counts them): float32, out of place.
+inline CallShape walk_call(size_t k, size_t bytes, const SetupFacts& facts) {
+  const OpKind kind = kWalkFields[k].kind;
+  const bool per_rank = kind == OpKind::kReduceScatter || kind == OpKind::kAllGather;
+  return CallShape{kind,
+                   bytes / sizeof(float) / static_cast<size_t>(per_rank ? facts.size() : 1),
+                   sizeof(float),
+                   facts.size(),
+                   /*in_place=*/false,
+                   facts.hosts};
+}
+
+// Rank 0's plan of the next round, after `elapsed_us` of timing: the size the next walk
+// (next_walk) times, at its index, and at kShapeWalks what runs without its candidate where the
+// thresholds known so far (`current`) choose; all 0 when done. The next round is about twice
+// its walk's last; where it would pass the budget, the walks end here (SizeWalk::end_early:
+// where each got is kept).
+inline void plan_round(std::array<SizeWalk, kShapeWalks>& walks, double elapsed_us,
+                       const double (&round_us)[kShapeWalks], const Config& current, const SetupFacts& facts,
+                       double (&plan)[kShapeWalks + 1]) {
+  if (const size_t k = next_walk(walks); k < kShapeWalks && elapsed_us + 2 * round_us[k] > kShapeBudgetUs)
+    for (SizeWalk& w : walks)
+      if (w.next) w.end_early();
+  const size_t k = next_walk(walks);
+  if (k == kShapeWalks) return;
+  plan[k] = static_cast<double>(walks[k].next);
+  Config without = current;
+  without.*kWalkFields[k].from_bytes = 0;
+  plan[kShapeWalks] = static_cast<double>(
+      choose_algorithm(walk_call(k, walks[k].next, facts), without, facts.single_copy, facts.link).algorithm);
+}
+
 // Call d with algorithms a and b, side by side: us[i], the slowest rank's median of its means,
 // taken in turn with the other's (a drift while the ranks settle falls on both). Enough calls a
 // mean (about 100 us of them, 1 to 64, as the slowest rank saw one call of each) that the ranks'
@@ -273,15 +310,15 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // Collective over a communicator whose ranks can all read each other's memory (one host, at
 // most kAllPeerMaxRanks): from which size single copy is ahead of what the cost model would run
 // otherwise, and from which it is behind again, for all_reduce, reduce_scatter, reduce (to
-// rank 0), all_gather and broadcast (from rank 0), and up to which size the direct all_reduce is
-// (shape_walks). Each candidate and the alternative are timed side by side (float32 sums;
-// slowest_us), out of place (a shape is timed up to kMaxTunedLoad ranks a core, where
-// out-of-place reductions go through the kernel too); the
-// sizes found serve in place too (AMD EPYC, 2 processes: single copy's all_reduce 1.4-1.9x the
-// ring's time from 256 KiB in place as out of place). A round times one size of one walk, in
-// next_walk's order; rank 0 plans every round and ends the walks where the next (a size twice
-// its walk's last, about twice its time) would pass 30 ms, so all ranks make the same calls and
-// take the same values. Rank 0 adds them to the host's cache under the shape. A threshold a
+// rank 0), all_gather and broadcast (from rank 0), up to which size the direct all_reduce is,
+// and where recursive doubling's all_reduce is ahead of what runs without it (shape_walks). Each
+// candidate and what runs without it are timed side by side (float32 sums; slowest_us), out of
+// place (a shape is timed up to kMaxTunedLoad ranks a core, where out-of-place reductions go
+// through the kernel too); the sizes found serve in place too (AMD EPYC, 2 processes: single
+// copy's all_reduce 1.4-1.9x the ring's time from 256 KiB in place as out of place). A round
+// times one size of one walk, in next_walk's order; rank 0 plans every round (plan_round) and
+// ends the walks where the next would pass 30 ms, so all ranks make the same calls and take the
+// same values. Rank 0 adds them to the host's cache under the shape. A threshold a
 // variable or the program chose is timed but not changed. The thresholds `known` has (an earlier
 // set-up's, whose budget ran out before the rest) are not timed again; those this one does not
 // reach either stay 0 in the cache, with the size where each walk was cut, for a later set-up
@@ -291,11 +328,13 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   using Clock = std::chrono::steady_clock;
   const ShapeTuning& known = shape.known;
   const detail::ChosenThresholds& chosen = shape.chosen;
-  const int size = facts.size();
   std::vector<float> in(kCopyWalkLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
   constexpr size_t kWalks = detail::kShapeWalks;
-  std::array<Config, kWalks> without;  // each walk's candidate never chosen
-  for (size_t k = 0; k < kWalks; ++k) (without[k] = config).*detail::kWalkFields[k].from_bytes = 0;
+  // What runs without a walk's candidate: as the thresholds known so far (earlier set-ups', and
+  // this one's walks that have ended: the direct exchange's and recursive doubling's are first)
+  // choose, with that candidate's never. Rank 0 chooses it and every rank takes its choice.
+  Config current = config;
+  detail::apply_shape_tuning(current, chosen, known);
   std::array<detail::SizeWalk, kWalks> walks = detail::shape_walks_from(known, config.slot_bytes);
   // The links to every peer first (the direct exchange talks to each), off the budget's clock:
   // a cost the first collectives would pay anyway, which made the first round look long enough
@@ -309,34 +348,25 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   std::string timings;
   double round_us[kWalks] = {};  // each walk's last round (rank 0's)
   for (;;) {
-    double plan[kWalks] = {};
-    if (rank == 0) {
-      // The next round is about twice its walk's last; where it would pass the budget, the walks
-      // end here (SizeWalk::end_early: where each got is kept).
-      if (const size_t k = detail::next_walk(walks);
-          k < kWalks && us_since(t0) + 2 * round_us[k] > detail::kShapeBudgetUs)
-        for (detail::SizeWalk& w : walks)
-          if (w.next) w.end_early();
-      if (const size_t k = detail::next_walk(walks); k < kWalks) plan[k] = static_cast<double>(walks[k].next);
-    }
-    DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, plan, kWalks));
+    double plan[kWalks + 1] = {};  // the size each walk times next (one of them), and the algorithm without it
+    if (rank == 0) detail::plan_round(walks, us_since(t0), round_us, current, facts, plan);
+    DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, plan, kWalks + 1));
     const auto round_start = Clock::now();
     const auto k = static_cast<size_t>(std::find_if(plan, plan + kWalks, [](double v) { return v > 0; }) - plan);
     if (k == kWalks) break;
-    const OpKind kind = detail::kWalkFields[k].kind;
-    const bool per_rank = kind == OpKind::kReduceScatter || kind == OpKind::kAllGather;  // CallShape::bytes
-    const size_t count = static_cast<size_t>(plan[k]) / sizeof(float) / static_cast<size_t>(per_rank ? size : 1);
-    const CallShape call{kind, count, sizeof(float), size, /*in_place=*/false, facts.hosts};
-    const Algorithm algorithms[2] = {choose_algorithm(call, without[k], facts.single_copy, facts.link).algorithm,
+    const CallShape call = detail::walk_call(k, static_cast<size_t>(plan[k]), facts);
+    const Algorithm algorithms[2] = {static_cast<Algorithm>(static_cast<int>(plan[kWalks])),
                                      detail::kWalkFields[k].candidate};
     double us[2] = {0, 0};
     DCOMM_RETURN_IF_ERROR(detail::slowest_us(
-        run, OpDesc{kind, in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum}, algorithms, us));
+        run, OpDesc{call.kind, in.data(), out.data(), call.count, DataType::kFloat32, ReduceOp::kSum}, algorithms, us));
     if (rank != 0) continue;
     round_us[k] = us_since(round_start);
-    timings += detail::cat(" ", to_string(kind), " ", call.bytes(), ": ", to_string(algorithms[0]), " ", us[0], " us, ",
-                           to_string(algorithms[1]), " ", us[1], " us;");
-    walks[k].record(us[1] < us[0]);
+    timings += detail::cat(" ", to_string(call.kind), " ", call.bytes(), ": ", to_string(algorithms[0]), " ", us[0],
+                           " us, ", to_string(algorithms[1]), " ", us[1], " us;");
+    detail::SizeWalk& w = walks[k];
+    w.record(us[1] < us[0]);
+    if (!w.next) detail::apply_walk(current, chosen, detail::kWalkFields[k], w.found, w.until);
   }
   auto found = detail::agree_walks(run, rank, walks, known);
   if (!found.ok()) return found.status();

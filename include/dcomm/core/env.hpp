@@ -111,9 +111,9 @@ inline Result<std::array<std::string, 5>> parse_algo(const std::string& text) {
 // A size threshold's "none": larger than any call (and exact as a double, as the tuning's values
 // travel between ranks).
 inline constexpr size_t kNoUpperBound = size_t{1} << 60;
-// A threshold not measured, whose rule is another setting's (Config::cma_all_gather_bytes);
-// exact as a double too.
-inline constexpr size_t kByCmaBytes = size_t{1} << 61;
+// A threshold not measured, whose rule is another's (Config::cma_all_gather_bytes: DCOMM_CMA_BYTES's;
+// Config::recursive_doubling_bytes: the cost model's); exact as a double too.
+inline constexpr size_t kNotMeasured = size_t{1} << 61;
 
 struct Config {
   // Longest a wait may go without progress before the call fails (DCOMM_TIMEOUT_MS).
@@ -192,12 +192,19 @@ struct Config {
   // all_gather and broadcast through single copy where the host tuning found it ahead of the
   // FIFO algorithms: [cma_all_gather_bytes, cma_all_gather_until_bytes) of the whole buffer
   // (all_gather's output), and broadcast's likewise (AMD EPYC, 2 processes: all_gather's behind
-  // the ring at 512 KiB-2 MiB, where DCOMM_CMA_BYTES's rule took it from 128 KiB on). kByCmaBytes
+  // the ring at 512 KiB-2 MiB, where DCOMM_CMA_BYTES's rule took it from 128 KiB on). kNotMeasured
   // where not measured: DCOMM_CMA_BYTES's rule (comm/algorithm_choice.hpp), as above the
   // largest size the walks time (2 MiB); 0: not up to there. No variable: DCOMM_CMA_BYTES, set,
   // keeps its rule.
-  size_t cma_all_gather_bytes = kByCmaBytes, cma_all_gather_until_bytes = kNoUpperBound;
-  size_t cma_broadcast_bytes = kByCmaBytes, cma_broadcast_until_bytes = kNoUpperBound;
+  size_t cma_all_gather_bytes = kNotMeasured, cma_all_gather_until_bytes = kNoUpperBound;
+  size_t cma_broadcast_bytes = kNotMeasured, cma_broadcast_until_bytes = kNoUpperBound;
+  // all_reduce by recursive doubling where the host tuning found it ahead of what the cost model
+  // and the thresholds above run otherwise: [recursive_doubling_bytes, _until_bytes), up to the
+  // largest size its walk times (512 KiB; AMD EPYC, 4 processes on 2 cores: 0.75-0.80x the
+  // ring's time at 32-64 KiB, where the model's byte factors, fitted to 8 ranks, put it at 3.5x).
+  // kNotMeasured, and above that size: the cost model; 0: never up to there. No variable:
+  // DCOMM_ALGO forces an algorithm at every size.
+  size_t recursive_doubling_bytes = kNotMeasured, recursive_doubling_until_bytes = kNoUpperBound;
   // DCOMM_CMA_OUT_OF_PLACE_BYTES: out-of-place all_reduce and reduce_scatter calls from this
   // size take single copy only when every rank's buffers are from dcomm::mem_alloc; below it,
   // through the kernel too (measured on 2 ranks, 2026-12-03: ahead of the ring at 16 MiB, behind
