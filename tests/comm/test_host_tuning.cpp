@@ -19,6 +19,31 @@ using namespace dcomm_test;
 
 namespace {
 std::string temp_path(const char* name) { return detail::cat("/tmp/dcomm-test-host-tuning-", getpid(), "-", name); }
+
+// The shape tests' configuration: the default FIFO slots, as a shape is measured with them.
+Config shape_config() {
+  Config config;
+  config.timeout = std::chrono::seconds(20);
+  return config;
+}
+
+// The 2-threads line of the cache at `path`, as it is now.
+ShapeTuning cached_line(const std::string& path) {
+  std::string why;
+  auto cached = read_host_tuning(path, host_signature(), &why);
+  REQUIRE_MESSAGE(cached, why);
+  REQUIRE(cached->for_shape("2-threads"));
+  return *cached->for_shape("2-threads");
+}
+
+// A cache at `path` for this host with `line` its only shape, and nothing of it in this
+// process's memory: the next set-up reads it.
+void write_line(const std::string& path, const ShapeTuning& line) {
+  auto host = measure_host();
+  REQUIRE_MESSAGE(host.ok(), host.status().message());
+  REQUIRE(write_host_tuning(path, host_signature(), {host->cma_us, host->copy_gbs, {line}}).ok());
+  detail::host_tuning_memo().known.reset();
+}
 }  // namespace
 
 TEST_CASE("host tuning: single copy pays from the syscall's cost times the copy bandwidth, 4 KiB to 1 MiB") {
@@ -53,7 +78,7 @@ TEST_CASE(
   two.all_reduce = 32768, two.reduce_scatter = 2097152, two.direct = 8192, two.reduce = 131072;
   two.all_gather = 16384, two.broadcast = 2097152, two.all_reduce_until = 262144, two.reduce_scatter_until = 2097152;
   two.reduce_until = kNoUpperBound, two.all_gather_until = 131072, two.broadcast_until = kNoUpperBound, two.tries = 2;
-  two.recursive_doubling = 32768, two.recursive_doubling_until = 131072;
+  two.recursive_doubling = 32768, two.recursive_doubling_until = 131072, two.pace_ns = 16250;
   four.all_reduce = 65536, four.reduce_scatter = 1048576, four.direct = 2048, four.reduce = 65536;
   four.all_reduce_next = 524288, four.reduce_next = 16384, four.all_gather_next = 65536, four.tries = 1;
   four.recursive_doubling = 16384, four.recursive_doubling_next = 262144;
@@ -86,6 +111,8 @@ TEST_CASE(
   CHECK(back->for_shape("4-threads")->recursive_doubling == 16384);
   CHECK(back->for_shape("4-threads")->recursive_doubling_until == 0);
   CHECK(back->for_shape("4-threads")->recursive_doubling_next == 262144);
+  CHECK(back->for_shape("2-processes")->pace_ns == 16250);
+  CHECK(back->for_shape("4-threads")->pace_ns == 0);
   CHECK(back->for_shape("4-threads")->tries == 1);
   CHECK(back->for_shape("2-processes")->tries == 2);
   CHECK_FALSE(back->for_shape("3-threads"));
@@ -242,27 +269,26 @@ TEST_CASE(
   std::remove(path.c_str());
   setenv("DCOMM_HOST_TUNING_CACHE", path.c_str(), 1);
   detail::host_tuning_memo().known.reset();  // as in a process that has not set up a communicator yet
-  Config config;                             // the default FIFO slots: a shape is measured with them
-  config.timeout = std::chrono::seconds(20);
+  const Config config = shape_config();
   auto comms = Communicator::create_local(2, config);
   REQUIRE_MESSAGE(comms.ok(), comms.status().message());
-  auto line = [&] {
-    std::string why;
-    auto cached = read_host_tuning(path, host_signature(), &why);
-    REQUIRE_MESSAGE(cached, why);
-    REQUIRE(cached->for_shape("2-threads"));
-    return *cached->for_shape("2-threads");
-  };
+  auto line = [&] { return cached_line(path); };
   ShapeTuning measured = line();
   CHECK(measured.tries == 1);
+  CHECK(measured.pace_ns > 0);
   // Set-ups of the shape go on measuring what the budget left until it is known whole or they
-  // have tried kShapeTries times; from then on they measure nothing.
-  while (!measured.complete() && measured.tries < kShapeTries) {
+  // have tried kShapeTries times; from then on they measure nothing. One much slower than the pace
+  // the walks began at times nothing; one much faster times all again, at its pace (a loaded host
+  // moves it: the test suite runs beside).
+  for (int set_ups = 0; !measured.complete() && measured.tries < kShapeTries && set_ups < 4 * kShapeTries; ++set_ups) {
     comms = Communicator::create_local(2, config);
     REQUIRE_MESSAGE(comms.ok(), comms.status().message());
-    const int tries = measured.tries;
+    const ShapeTuning before = measured;
     measured = line();
-    CHECK(measured.tries == tries + 1);
+    const bool went_on = measured.tries == before.tries + 1 && measured.pace_ns == before.pace_ns;
+    const bool none = measured.tries == before.tries && measured.pace_ns == before.pace_ns;
+    const bool again = measured.tries == 1 && measured.pace_ns < before.pace_ns;
+    CHECK((went_on || none || again));
   }
   const ShapeTuning* entry = &measured;
   // Each threshold measured, or 0 where a loaded host ran the set-ups out of their budget first:
@@ -379,9 +405,12 @@ TEST_CASE(
   own.cma_reduce_scatter_bytes = 5000;
   auto with_own = Communicator::create_local(2, own);
   REQUIRE_MESSAGE(with_own.ok(), with_own.status().message());
+  // (as the cache has it now: a set-up much faster than the pace the walks began at, the test
+  // suite's load gone, times them all again)
+  const ShapeTuning now = line();
   for (auto& c : *with_own) {
-    CHECK(c->config().cma_reduce_bytes == all_reduce);
-    CHECK(c->config().cma_reduce_until_bytes == all_reduce_until);
+    CHECK(c->config().cma_reduce_bytes == (now.all_reduce ? now.all_reduce : d.cma_reduce_bytes));
+    CHECK(c->config().cma_reduce_until_bytes == until(now.all_reduce_until));
     CHECK(c->config().cma_reduce_scatter_bytes == 5000);
     CHECK(c->config().cma_reduce_scatter_until_bytes == kNoUpperBound);
   }
@@ -405,10 +434,7 @@ TEST_CASE(
     "times, keeping what it knew") {
   const std::string path = temp_path("partial");
   setenv("DCOMM_HOST_TUNING_CACHE", path.c_str(), 1);
-  auto host = measure_host();
-  REQUIRE_MESSAGE(host.ok(), host.status().message());
-  Config config;  // the default FIFO slots: a shape is measured with them
-  config.timeout = std::chrono::seconds(20);
+  const Config config = shape_config();
   // A cache whose 2-threads line does not know reduce_scatter (0), nor where reduce's single copy
   // falls behind, after `tries` set-ups; then a set-up of that shape: the line it leaves, and the
   // reduce_scatter threshold of every rank.
@@ -417,8 +443,7 @@ TEST_CASE(
     line.all_reduce = 65536, line.direct = 4096, line.reduce = 131072, line.all_reduce_until = 262144;
     line.all_gather = 32768, line.all_gather_until = 262144, line.broadcast = 2 << 20;
     line.broadcast_until = kNoUpperBound, line.reduce_next = 512 * 1024, line.tries = tries;
-    REQUIRE(write_host_tuning(path, host_signature(), {host->cma_us, host->copy_gbs, {line}}).ok());
-    detail::host_tuning_memo().known.reset();
+    write_line(path, line);
     auto comms = Communicator::create_local(2, config);
     REQUIRE_MESSAGE(comms.ok(), comms.status().message());
     for (auto& c : *comms) {
@@ -434,11 +459,7 @@ TEST_CASE(
       CHECK(c->config().cma_reduce_scatter_bytes == (*comms)[0]->config().cma_reduce_scatter_bytes);
     }
     *threshold = (*comms)[0]->config().cma_reduce_scatter_bytes;
-    std::string why;
-    auto cached = read_host_tuning(path, host_signature(), &why);
-    REQUIRE_MESSAGE(cached, why);
-    REQUIRE(cached->for_shape("2-threads"));
-    return *cached->for_shape("2-threads");
+    return cached_line(path);
   };
   size_t threshold = 0;
   // After one try: this set-up measures reduce_scatter, and keeps the rest.
@@ -465,6 +486,67 @@ TEST_CASE(
   CHECK(after.reduce_until == 0);
   CHECK(after.reduce_next == 512 * 1024);  // as it was
   CHECK(threshold == Config{}.cma_reduce_scatter_bytes);
+  std::remove(path.c_str());
+  unsetenv("DCOMM_HOST_TUNING_CACHE");
+}
+
+TEST_CASE(
+    "shape tuning: a set-up much faster than the pace a shape's walks began at times them all again; one much "
+    "slower times nothing") {
+  const std::string path = temp_path("pace");
+  setenv("DCOMM_HOST_TUNING_CACHE", path.c_str(), 1);
+  const Config config = shape_config();
+  // A 2-threads line at `pace_ns`, known whole or not, with thresholds no walk finds (a walk's
+  // sizes are powers of two); then a set-up of that shape: the line it leaves, and whether every
+  // rank took the line's thresholds.
+  constexpr size_t kOdd = 3 << 14;
+  auto set_up_at = [&](size_t pace_ns, bool whole, int tries, bool* kept) {
+    ShapeTuning line{"2-threads"};
+    for (const detail::WalkFields& f : detail::kWalkFields) {
+      line.*f.found = kOdd;
+      if (f.until) line.*f.until = 2 * kOdd;
+    }
+    line.reduce_scatter = whole ? kOdd : 0;
+    line.pace_ns = pace_ns, line.tries = tries;
+    write_line(path, line);
+    auto comms = Communicator::create_local(2, config);
+    REQUIRE_MESSAGE(comms.ok(), comms.status().message());
+    *kept = true;
+    for (auto& c : *comms)
+      *kept = *kept && c->config().cma_reduce_bytes == kOdd && c->config().cma_reduce_until_bytes == 2 * kOdd &&
+              c->config().recursive_doubling_bytes == kOdd && c->config().direct_bytes == kOdd;
+    return cached_line(path);
+  };
+  bool kept = false;
+  // Known whole, at a pace no set-up is much slower than (1 ns): kept, only the pace timed.
+  ShapeTuning after = set_up_at(1, true, 3, &kept);
+  CHECK(kept);
+  CHECK(after.tries == 3);
+  CHECK(after.pace_ns == 1);
+  // Not known whole, at that pace: this set-up is much slower, so it times nothing and counts
+  // no try.
+  after = set_up_at(1, false, 2, &kept);
+  CHECK(kept);
+  CHECK(after.tries == 2);
+  CHECK(after.reduce_scatter == 0);
+  // At a pace every set-up is much faster than (1000 s a call), known whole or not: every
+  // threshold timed again from the first try, at this set-up's pace.
+  for (bool whole : {true, false}) {
+    CAPTURE(whole);
+    after = set_up_at(size_t{1} << 60, whole, kShapeTries, &kept);
+    CHECK_FALSE(kept);
+    CHECK(after.tries == 1);
+    CHECK(after.pace_ns > 0);
+    CHECK(after.pace_ns < size_t{1} << 60);
+    CHECK(after.all_reduce != kOdd);
+    CHECK(after.direct != kOdd);
+  }
+  // A line without a pace (written by hand, or before the pace was kept), known whole: read, not
+  // timed.
+  after = set_up_at(0, true, 1, &kept);
+  CHECK(kept);
+  CHECK(after.tries == 1);
+  CHECK(after.pace_ns == 0);
   std::remove(path.c_str());
   unsetenv("DCOMM_HOST_TUNING_CACHE");
 }

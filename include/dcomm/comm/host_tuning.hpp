@@ -79,6 +79,9 @@ struct ShapeTuning {
          recursive_doubling_until = 0;
   size_t all_reduce_next = 0, reduce_scatter_next = 0, reduce_next = 0, all_gather_next = 0, broadcast_next = 0,
          recursive_doubling_next = 0;
+  // The pace its walks began at (comm/tuning.hpp's pace_us: the ring's 16 KiB all_reduce), in ns;
+  // 0: not timed (a line written by hand).
+  size_t pace_ns = 0;
   int tries = 0;
 
   bool complete() const {
@@ -100,13 +103,13 @@ inline std::ostream& operator<<(std::ostream& out, const ShapeTuning& r) {
              << r.reduce_scatter_until << " " << r.reduce_until << " " << r.all_gather_until << " " << r.broadcast_until
              << " " << r.recursive_doubling_until << " " << r.all_reduce_next << " " << r.reduce_scatter_next << " "
              << r.reduce_next << " " << r.all_gather_next << " " << r.broadcast_next << " " << r.recursive_doubling_next
-             << " " << r.tries;
+             << " " << r.pace_ns << " " << r.tries;
 }
 inline std::istream& operator>>(std::istream& in, ShapeTuning& r) {
   return in >> r.shape >> r.all_reduce >> r.reduce_scatter >> r.direct >> r.reduce >> r.all_gather >> r.broadcast >>
          r.recursive_doubling >> r.all_reduce_until >> r.reduce_scatter_until >> r.reduce_until >> r.all_gather_until >>
          r.broadcast_until >> r.recursive_doubling_until >> r.all_reduce_next >> r.reduce_scatter_next >>
-         r.reduce_next >> r.all_gather_next >> r.broadcast_next >> r.recursive_doubling_next >> r.tries;
+         r.reduce_next >> r.all_gather_next >> r.broadcast_next >> r.recursive_doubling_next >> r.pace_ns >> r.tries;
 }
 
 // A shape's thresholds for the log: "single copy reduces in [65536, 262144) bytes (all_reduce),
@@ -148,7 +151,7 @@ namespace detail {
 // out-of-place tiles in the output, so it overtakes the ring at other sizes; 5: a shape line
 // counts its tries and leaves what the budget did not reach at 0; 6: and says where single copy
 // falls behind again; 7: and where the budget cut each walk; 8: and all_gather's and broadcast's
-// runs; 9: and recursive doubling's).
+// runs; 9: and recursive doubling's, and the pace the walks began at).
 inline constexpr int kHostTuningFormat = 9;
 
 inline std::string first_field(const char* path, const std::string& key) {
@@ -351,12 +354,14 @@ inline size_t walks_chosen(const ChosenThresholds& chosen) {
 
 }  // namespace detail
 
-// A shape this set-up measures: what the cache knows of it already, and the thresholds a
-// variable or the program chose (taken before the set-up set DCOMM_CMA_BYTES), which the
-// tuning times but leaves as they are.
+// A shape this set-up measures: what the cache knows of it already, the thresholds a variable or
+// the program chose (taken before the set-up set DCOMM_CMA_BYTES), which the tuning times but
+// leaves as they are, and whether it walks what is not known (else the thresholds are known
+// whole, or have had their tries, and only the pace is timed: comm/tuning.hpp's pace_check).
 struct ShapeToMeasure {
   ShapeTuning known;
   detail::ChosenThresholds chosen;
+  bool walk = true;
 };
 
 namespace detail {
@@ -444,16 +449,18 @@ struct HostTuningContext {
 // except where a DCOMM_* variable or the program chose the value. Returns the shape whose
 // thresholds this set-up must measure (comm/tuning.hpp: every rank can read every other's
 // memory, and the cache has none for it, or only some of them and fewer than kShapeTries tries),
-// with those known, or nothing.
+// with those known, or whose pace it times (known whole, or tried kShapeTries times, with the
+// pace its walks began at), or nothing.
 inline Result<std::optional<ShapeToMeasure>> agree_host_tuning(Config& config, const HostTuningContext& c) {
   const detail::ChosenThresholds chosen = detail::chosen_thresholds(config);
   const bool threads = std::all_of(c.peers.begin(), c.peers.end(),
                                    [&](const PeerInfo& p) { return p.process_id == c.peers[0].process_id; });
   const std::string shape = detail::cat(c.size, threads ? "-threads" : "-processes");
-  // What rank 0 publishes: DCOMM_CMA_BYTES, whether this set-up measures the shape, and the
-  // shape's thresholds (0 where not known).
+  // What rank 0 publishes: DCOMM_CMA_BYTES, whether this set-up walks the shape, times its pace
+  // only or neither, and the shape's thresholds (0 where not known).
   size_t cma_bytes = 0;
-  int measure = 0;
+  enum : int { kMeasureNothing, kWalk, kPaceOnly };
+  int measure = kMeasureNothing;
   ShapeTuning known{shape};
   if (c.rank == 0 && config.host_tuned) {  // made from a tuned communicator: its values
     cma_bytes = config.cma_bytes;
@@ -466,9 +473,10 @@ inline Result<std::optional<ShapeToMeasure>> agree_host_tuning(Config& config, c
     // Measured with the default FIFO slots; with others (DCOMM_SLOT_BYTES) the compiled-in values.
     const bool default_slots = config.slot_bytes == Config{}.slot_bytes;
     const ShapeTuning* cached = default_slots ? t.measured.for_shape(shape) : nullptr;
-    measure = !t.off && default_slots && c.single_copy && c.size >= 2 && c.size <= kAllPeerMaxRanks &&
-              c.load <= kMaxTunedLoad && (!cached || (!cached->complete() && cached->tries < kShapeTries)) &&
-              detail::walks_chosen(chosen) < detail::kShapeWalks;
+    const bool tuned = !t.off && default_slots && c.single_copy && c.size >= 2 && c.size <= kAllPeerMaxRanks &&
+                       c.load <= kMaxTunedLoad && detail::walks_chosen(chosen) < detail::kShapeWalks;
+    const bool walk = !cached || (!cached->complete() && cached->tries < kShapeTries);
+    measure = !tuned ? kMeasureNothing : walk ? kWalk : cached->pace_ns ? kPaceOnly : kMeasureNothing;
     cma_bytes = t.cma_bytes;
     if (cached) known = *cached;
     DCOMM_LOG(
@@ -478,9 +486,12 @@ inline Result<std::optional<ShapeToMeasure>> agree_host_tuning(Config& config, c
         cached ? detail::cat("; ", shape, ": ", describe(known),
                              known.complete() ? "" : " (0: not known, the compiled-in value)")
                : "",
-        measure ? detail::cat("; ", shape, ": ", cached ? "the rest of " : "", "its thresholds are measured at this ",
-                              "set-up (try ", known.tries + 1, " of ", kShapeTries, ")")
-                : "");
+        measure == kWalk
+            ? detail::cat("; ", shape, ": ", cached ? "the rest of " : "",
+                          "its thresholds are measured at this set-up (try ", known.tries + 1, " of ", kShapeTries, ")")
+        : measure == kPaceOnly ? detail::cat("; ", shape, ": its pace is timed against the ", known.pace_ns * 1e-3,
+                                             " us its walks began at")
+                               : "");
   }
   if (c.rank == 0 && c.size > 1) {
     std::ostringstream out;
@@ -496,7 +507,8 @@ inline Result<std::optional<ShapeToMeasure>> agree_host_tuning(Config& config, c
   }
   if (!chosen.cma) config.cma_bytes = cma_bytes;
   config.host_tuned = true;
-  if (measure) return std::optional<ShapeToMeasure>({known, chosen});  // tune_shape applies it, with the rest
+  if (measure)  // tune_shape applies it, with the rest
+    return std::optional<ShapeToMeasure>({known, chosen, measure == kWalk});
   detail::apply_shape_tuning(config, chosen, known);
   return std::optional<ShapeToMeasure>();
 }

@@ -305,6 +305,57 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
   if (!s.ok()) return s.with_context("timing the thresholds of this shape (the host tuning)");
   return max_over_ranks(run, us, 2);
 }
+
+// A shape's pace: the ring's 16 KiB all_reduce (float32 sums, out of place), timed as slowest_us
+// times a walk's two sides (ten means in all, about 1 ms), the faster side's median. Every
+// hand-off between the ranks is in it, and the machine's states that move the walks' timings
+// move it: on the AMD EPYC, for tens of seconds at a time, every call between processes ran
+// 2-7x slower (a 16 KiB ring all_reduce of 4 processes 33-39 us against 16-21; of 2 processes at
+// 256 KiB 130-170 against 21-27), and so did a walk's, which then found single copy ahead from
+// 16 KiB for everything.
+inline constexpr size_t kPaceBytes = 16u << 10;
+inline Result<double> pace_us(const RunCollective& run, float* in, float* out) {
+  const Algorithm ring[2] = {Algorithm::kRing, Algorithm::kRing};
+  double us[2] = {0, 0};
+  DCOMM_RETURN_IF_ERROR(slowest_us(
+      run, OpDesc{OpKind::kAllReduce, in, out, kPaceBytes / sizeof(float), DataType::kFloat32, ReduceOp::kSum}, ring,
+      us));
+  return std::min(us[0], us[1]);
+}
+
+// A set-up whose pace is this many times faster than the one a shape's walks began at times them
+// all again; this many times slower, walks none (the cache's thresholds serve, and the try is not
+// counted). Not a speed of the machine but a margin between its states: within one, a pace
+// varied up to 1.3x between set-ups (4 processes, 16-21 us), and the states measured differ by
+// 2-7x. Each time the shape is timed again it keeps the faster pace, so it is timed again only a
+// few times in all, each in a state faster than the last.
+inline constexpr double kPaceRatio = 1.5;
+
+// Before a shape's walks: this set-up's pace (`pace_ns`) against the one the walks began at, the
+// same on every rank (the slowest rank's, and the cache line rank 0 published). Returns the
+// thresholds to walk from: all again where this set-up is that much faster, else what the cache
+// knows; or nothing where it walks none (that much slower, or its thresholds are known whole),
+// having applied the cache's to `config`.
+inline Result<std::optional<ShapeTuning>> pace_check(Config& config, int rank, const ShapeToMeasure& shape,
+                                                     const RunCollective& run, float* in, float* out, size_t* pace_ns) {
+  auto pace = pace_us(run, in, out);
+  if (!pace.ok()) return pace.status();
+  *pace_ns = static_cast<size_t>(std::llround(*pace * 1e3));
+  const ShapeTuning& known = shape.known;
+  const double began = static_cast<double>(known.pace_ns) * 1e-3;
+  const bool faster = known.pace_ns && *pace * kPaceRatio < began;
+  const bool slower = known.pace_ns && *pace > began * kPaceRatio;
+  if (rank == 0 && known.pace_ns)
+    DCOMM_LOG(kInfo, kSubsysTuning, rank, known.shape, ": pace ", *pace, " us against the ", began,
+              " us its walks began at: ",
+              faster   ? "faster, every threshold is timed again"
+              : slower ? "slower, nothing is timed at this set-up"
+                       : "alike");
+  if (faster) return std::optional<ShapeTuning>(ShapeTuning{known.shape});
+  if (!slower && shape.walk) return std::optional<ShapeTuning>(known);
+  apply_shape_tuning(config, shape.chosen, known);
+  return std::optional<ShapeTuning>();
+}
 }  // namespace detail
 
 // Collective over a communicator whose ranks can all read each other's memory (one host, at
@@ -322,25 +373,32 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // variable or the program chose is timed but not changed. The thresholds `known` has (an earlier
 // set-up's, whose budget ran out before the rest) are not timed again; those this one does not
 // reach either stay 0 in the cache, with the size where each walk was cut, for a later set-up
-// to go on from (host_tuning.hpp's kShapeTries).
+// to go on from (host_tuning.hpp's kShapeTries). First the pace (detail::pace_check): a set-up
+// much faster than the one the walks began at times them all again, one much slower none, and
+// one of a shape known whole only that.
 inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, const ShapeToMeasure& shape,
                          const RunCollective& run) {
   using Clock = std::chrono::steady_clock;
-  const ShapeTuning& known = shape.known;
   const detail::ChosenThresholds& chosen = shape.chosen;
   std::vector<float> in(kCopyWalkLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
   constexpr size_t kWalks = detail::kShapeWalks;
+  // The links to every peer first (the direct exchange talks to each), off the budget's clock:
+  // a cost the first collectives would pay anyway, which made the first round look long enough
+  // (over 10 ms, 4 processes on 2 cores) that the budget ended every walk after it. The pace
+  // too (detail::pace_check).
+  DCOMM_RETURN_IF_ERROR(run(OpDesc{OpKind::kAllReduce, in.data(), out.data(), 1, DataType::kFloat32, ReduceOp::kSum},
+                            Algorithm::kDirect));
+  size_t pace_ns = 0;
+  auto from = detail::pace_check(config, rank, shape, run, in.data(), out.data(), &pace_ns);
+  if (!from.ok()) return from.status();
+  if (!*from) return {};
+  const ShapeTuning& known = **from;
   // What runs without a walk's candidate: as the thresholds known so far (earlier set-ups', and
   // this one's walks that have ended: the direct exchange's and recursive doubling's are first)
   // choose, with that candidate's never. Rank 0 chooses it and every rank takes its choice.
   Config current = config;
   detail::apply_shape_tuning(current, chosen, known);
   std::array<detail::SizeWalk, kWalks> walks = detail::shape_walks_from(known, config.slot_bytes);
-  // The links to every peer first (the direct exchange talks to each), off the budget's clock:
-  // a cost the first collectives would pay anyway, which made the first round look long enough
-  // (over 10 ms, 4 processes on 2 cores) that the budget ended every walk after it.
-  DCOMM_RETURN_IF_ERROR(run(OpDesc{OpKind::kAllReduce, in.data(), out.data(), 1, DataType::kFloat32, ReduceOp::kSum},
-                            Algorithm::kDirect));
   const auto t0 = Clock::now();
   const auto us_since = [](Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
@@ -370,10 +428,11 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
   }
   auto found = detail::agree_walks(run, rank, walks, known);
   if (!found.ok()) return found.status();
-  const ShapeTuning& t = *found;
+  ShapeTuning& t = *found;
+  t.pace_ns = known.tries && known.pace_ns ? known.pace_ns : pace_ns;  // the pace its walks began at
   detail::apply_shape_tuning(config, chosen, t);
   if (rank == 0) {
-    DCOMM_LOG(kInfo, kSubsysTuning, rank, t.shape, ": ", describe(t), "; measured in ",
+    DCOMM_LOG(kInfo, kSubsysTuning, rank, t.shape, ": ", describe(t), "; pace ", pace_ns * 1e-3, " us; measured in ",
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), " ms (try ", t.tries, " of ",
               kShapeTries, ")",
               t.complete() ? ""
