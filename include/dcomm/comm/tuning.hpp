@@ -314,12 +314,12 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 // 256 KiB 130-170 against 21-27), and so did a walk's, which then found single copy ahead from
 // 16 KiB for everything.
 inline constexpr size_t kPaceBytes = 16u << 10;
-inline Result<double> pace_us(const RunCollective& run, float* in, float* out) {
+inline Result<double> pace_us(const RunCollective& run) {
   const Algorithm ring[2] = {Algorithm::kRing, Algorithm::kRing};
+  std::vector<float> in(kPaceBytes / sizeof(float), 0.0f), out(in.size(), 0.0f);
   double us[2] = {0, 0};
   DCOMM_RETURN_IF_ERROR(slowest_us(
-      run, OpDesc{OpKind::kAllReduce, in, out, kPaceBytes / sizeof(float), DataType::kFloat32, ReduceOp::kSum}, ring,
-      us));
+      run, OpDesc{OpKind::kAllReduce, in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum}, ring, us));
   return std::min(us[0], us[1]);
 }
 
@@ -337,8 +337,8 @@ inline constexpr double kPaceRatio = 1.5;
 // knows; or nothing where it walks none (that much slower, or its thresholds are known whole),
 // having applied the cache's to `config`.
 inline Result<std::optional<ShapeTuning>> pace_check(Config& config, int rank, const ShapeToMeasure& shape,
-                                                     const RunCollective& run, float* in, float* out, size_t* pace_ns) {
-  auto pace = pace_us(run, in, out);
+                                                     const RunCollective& run, size_t* pace_ns) {
+  auto pace = pace_us(run);
   if (!pace.ok()) return pace.status();
   *pace_ns = static_cast<size_t>(std::llround(*pace * 1e3));
   const ShapeTuning& known = shape.known;
@@ -380,19 +380,19 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
                          const RunCollective& run) {
   using Clock = std::chrono::steady_clock;
   const detail::ChosenThresholds& chosen = shape.chosen;
-  std::vector<float> in(kCopyWalkLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
   constexpr size_t kWalks = detail::kShapeWalks;
-  // The links to every peer first (the direct exchange talks to each), off the budget's clock:
-  // a cost the first collectives would pay anyway, which made the first round look long enough
-  // (over 10 ms, 4 processes on 2 cores) that the budget ended every walk after it. The pace
-  // too (detail::pace_check).
-  DCOMM_RETURN_IF_ERROR(run(OpDesc{OpKind::kAllReduce, in.data(), out.data(), 1, DataType::kFloat32, ReduceOp::kSum},
-                            Algorithm::kDirect));
+  // The pace first, over the ring's links, which the set-up has made (detail::pace_check).
   size_t pace_ns = 0;
-  auto from = detail::pace_check(config, rank, shape, run, in.data(), out.data(), &pace_ns);
+  auto from = detail::pace_check(config, rank, shape, run, &pace_ns);
   if (!from.ok()) return from.status();
   if (!*from) return {};
   const ShapeTuning& known = **from;
+  std::vector<float> in(kCopyWalkLast / sizeof(float), 0.0f), out(in.size(), 0.0f);
+  // Then the links to every peer (the direct exchange talks to each), off the budget's clock:
+  // a cost the first collectives would pay anyway, which made the first round look long enough
+  // (over 10 ms, 4 processes on 2 cores) that the budget ended every walk after it.
+  DCOMM_RETURN_IF_ERROR(run(OpDesc{OpKind::kAllReduce, in.data(), out.data(), 1, DataType::kFloat32, ReduceOp::kSum},
+                            Algorithm::kDirect));
   // What runs without a walk's candidate: as the thresholds known so far (earlier set-ups', and
   // this one's walks that have ended: the direct exchange's and recursive doubling's are first)
   // choose, with that candidate's never. Rank 0 chooses it and every rank takes its choice.
