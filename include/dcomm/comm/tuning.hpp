@@ -325,8 +325,9 @@ inline Result<double> pace_us(const RunCollective& run) {
 
 // A set-up whose pace is this many times faster than the one a shape's walks began at times them
 // all again; this many times slower, walks none (the cache's thresholds serve, and the try is not
-// counted). Not a speed of the machine but a margin between its states: within one, a pace
-// varied up to 1.3x between set-ups (4 processes, 16-21 us), and the states measured differ by
+// counted). Not a speed of the machine but a margin between its states (AMD EPYC): within one, a
+// pace varied 1.02x over 3 set-ups of 2 processes (2.66-2.70 us) and 1.35x over 3 of 4 (22.5-30.4
+// us); a memory hog on the side made it 41x (110 us) and 1.6-2.0x (35-45 us), a slow stretch
 // 2-7x. Each time the shape is timed again it keeps the faster pace, so it is timed again only a
 // few times in all, each in a state faster than the last.
 inline constexpr double kPaceRatio = 1.5;
