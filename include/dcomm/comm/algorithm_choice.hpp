@@ -94,13 +94,21 @@ inline constexpr size_t kCopyWalkLast = 2u << 20;
 // longer walk would not fit a set-up's budget.
 inline constexpr size_t kFifoWalkLast = 512u << 10;
 
+// Whether `bytes` is in a run of sizes [from, until) that a host tuning walk found, up to the
+// largest size it timed (`last`); nothing where not measured (kNotMeasured) or above `last`,
+// where another rule decides.
+inline std::optional<bool> in_measured_run(size_t bytes, size_t from, size_t until, size_t last) {
+  if (from == kNotMeasured || bytes > last) return std::nullopt;
+  return from && bytes >= from && bytes < until;
+}
+
 // all_reduce by recursive doubling where the host tuning timed it ahead of what runs otherwise,
 // up to the largest size it timed, on one host; nothing where not measured (the cost model
 // decides).
 inline std::optional<bool> recursive_doubling_measured(const CallShape& c, const Config& config) {
-  const size_t from = config.recursive_doubling_bytes, bytes = c.bytes();
-  if (c.kind != OpKind::kAllReduce || from == kNotMeasured || bytes > kFifoWalkLast || c.hosts > 1) return std::nullopt;
-  return from && bytes >= from && bytes < config.recursive_doubling_until_bytes;
+  if (c.kind != OpKind::kAllReduce || c.hosts > 1) return std::nullopt;
+  return in_measured_run(c.bytes(), config.recursive_doubling_bytes, config.recursive_doubling_until_bytes,
+                         kFifoWalkLast);
 }
 
 // all_gather and broadcast: in the run of sizes where the host tuning found single copy ahead
@@ -120,7 +128,7 @@ inline bool single_copy_reads_pay(const CallShape& c, const Config& config, cons
   const bool gather = c.kind == OpKind::kAllGather;
   const size_t from = gather ? config.cma_all_gather_bytes : config.cma_broadcast_bytes;
   const size_t until = gather ? config.cma_all_gather_until_bytes : config.cma_broadcast_until_bytes;
-  if (from != kNotMeasured && c.bytes() <= kCopyWalkLast) return from && c.bytes() >= from && c.bytes() < until;
+  if (const std::optional<bool> run = in_measured_run(c.bytes(), from, until, kCopyWalkLast)) return *run;
   const bool per_block = gather && link.load <= 1;
   const size_t read = per_block ? c.bytes() / static_cast<size_t>(c.ranks) : c.bytes();
   return config.cma_bytes && read >= oversubscribed_threshold(config.cma_bytes, link.load);

@@ -307,7 +307,7 @@ inline Status slowest_us(const RunCollective& run, const OpDesc& d, const Algori
 }
 
 // A shape's pace: the ring's 16 KiB all_reduce (float32 sums, out of place), timed as slowest_us
-// times a walk's two sides (ten means in all, about 1 ms), the faster side's median. Every
+// times a walk's two sides (means of about 100 us of calls), the faster side's median. Every
 // hand-off between the ranks is in it, and the machine's states that move the walks' timings
 // move it: on the AMD EPYC, for tens of seconds at a time, every call between processes ran
 // 2-7x slower (a 16 KiB ring all_reduce of 4 processes 33-39 us against 16-21; of 2 processes at
