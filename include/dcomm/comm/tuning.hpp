@@ -126,16 +126,29 @@ inline constexpr int kShortCallRounds = 5;  // slowest_us's means of calls under
 // answer for none); a size where it is behind is timed once more, and ends the run only when it
 // is behind again (4 processes on 2 cores: a set-up's calls of a few us are noisy enough that
 // one timing a size ended the direct exchange's run before 16 KiB in 7 set-ups of 9, where it
-// takes 0.6-0.7x the time of what runs otherwise).
+// takes 0.6-0.7x the time of what runs otherwise). `recheck` (a kAheadRun walk whose run may be
+// two sizes long): before the run starts, where a size ahead meets one behind, the one behind is
+// timed once more, so one noisy timing of either does not lose the pair.
 struct SizeWalk {
   enum class Rule { kAheadRun, kWhileAhead } rule;
   size_t next, last, found = 0, until = 0;
   bool before = false;  // the size before was ahead (looking for `found`) or behind (for `until`;
                         // kWhileAhead: this size was behind once)
   size_t cut = 0;       // where a set-up's budget ended it, the size to go on from (end_early)
+  bool recheck = false;
+  size_t prev = 0;       // the size timed before this one in this set-up (0: none)
+  size_t rechecked = 0;  // the size last timed once more (recheck)
+  bool back = false;     // that one is the size before, timed again after the one above it was ahead
 
   void record(bool ahead) {
     const size_t at = next;
+    if (back) return record_back(ahead);
+    // Behind after one ahead: this size once more; ahead after one behind: that one (`prev`, half this).
+    if (const size_t again = ahead ? prev : at; recheck && !found && prev && ahead != before && again != rechecked) {
+      rechecked = next = again, back = ahead;
+      return;
+    }
+    prev = at;
     next = at < last ? 2 * at : 0;
     if (rule == Rule::kWhileAhead) {  // behind once: the same size again; behind twice: done
       if (ahead) found = at, before = false;
@@ -153,6 +166,17 @@ struct SizeWalk {
       before = ahead;
     }
     if (!next && !until) until = kNoUpperBound;
+  }
+
+  // The size before, timed again after the one above it (`2 * at`) was ahead: the run starts here
+  // when it is ahead too, else the walk goes on above that one as if this size had stayed behind.
+  void record_back(bool ahead) {
+    const size_t above = 2 * next;
+    back = false, prev = above;
+    if (ahead) found = next;
+    before = !ahead;  // looking for `until`: none behind yet; for `found`: the one above was ahead
+    next = above < last ? 2 * above : 0;
+    if (!next) found = found ? found : above, until = kNoUpperBound;  // ahead at the last size
   }
 
   // Ends here, out of the budget: a kAheadRun walk keeps where it got for a later set-up (a
@@ -173,14 +197,18 @@ struct SizeWalk {
 // tune_shape's walks: single copy's all_reduce and reduce_scatter, 16 KiB to 2 MiB; the direct
 // all_reduce, 4 KiB to 16 KiB (at most a slot), 2 KiB where it is behind at 4 KiB; single copy's
 // reduce, all_gather and broadcast, as the first two; recursive doubling's all_reduce, 16 KiB to
-// 512 KiB (algorithm_choice.hpp's kFifoWalkLast), as they (host_tuning.hpp's kWalkFields: what
-// each times, and where its thresholds go).
+// 512 KiB (algorithm_choice.hpp's kFifoWalkLast), as they, with SizeWalk::recheck: its run can be
+// two sizes (4 processes on 2 cores: ahead at 32 and 64 KiB only, 0.8x the ring's time), which
+// one noisy timing of either lost in 5 first set-ups of 7 (with it, 1 of 7), and its sizes are
+// small, so a timing once more costs little (single copy's runs are longer, its sizes to 2 MiB)
+// (host_tuning.hpp's kWalkFields: what each times, and where its thresholds go).
 inline std::array<SizeWalk, kShapeWalks> shape_walks(size_t slot_bytes) {
   using Rule = SizeWalk::Rule;
   std::array<SizeWalk, kShapeWalks> walks;
   walks.fill(SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kCopyWalkLast});
   walks[kDirectWalk] = SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048};
   walks[kDoublingWalk].last = kFifoWalkLast;
+  walks[kDoublingWalk].recheck = true;
   return walks;
 }
 
