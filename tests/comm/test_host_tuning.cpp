@@ -279,6 +279,46 @@ TEST_CASE(
   CHECK(later[1].next == 32 * K);  // still cut
 }
 
+TEST_CASE("shape walks: a round that would pass the budget ends them, a walk's first round weighed by its bytes") {
+  const size_t K = 1024;
+  SetupFacts facts;
+  facts.host_of = {0, 0};
+  facts.set_order({0, 1}, 0);
+  const double budget = detail::kShapeBudgetUs;
+  auto plan_with = [&](std::array<detail::SizeWalk, detail::kShapeWalks>& walks, double elapsed,
+                       const detail::RoundCosts& costs) {
+    double plan[detail::kShapeWalks + 1] = {};
+    detail::plan_round(walks, elapsed, costs, Config{}, facts, plan);
+    return std::accumulate(plan, plan + detail::kShapeWalks, 0.0);  // the size timed next (0: none)
+  };
+  // A set-up's first round goes ahead whatever it costs: every set-up times a size.
+  ShapeTuning known{"2-processes"};
+  known.all_reduce_next = 2048 * K;  // cut at 2 MiB by an earlier set-up
+  known.direct = 16 * K, known.recursive_doubling = 512 * K, known.recursive_doubling_until = 512 * K;
+  auto walks = detail::shape_walks_from(known, Config{}.slot_bytes);
+  detail::RoundCosts none;
+  CHECK(plan_with(walks, 0, none) == 2048 * K);
+  // After a round of 512 KiB that took a quarter of the budget, the walk's first round, at 2 MiB
+  // (4x the bytes), would pass it: the walks end, and keep where they got.
+  detail::RoundCosts costs;
+  costs.add(detail::kDoublingWalk, 512 * K, budget / 4);
+  CHECK(costs.next_us(0, 2048 * K) == doctest::Approx(budget));
+  CHECK(plan_with(walks, 1000, costs) == 0);
+  CHECK(walks[0].next == 0);
+  CHECK(walks[0].cut == 2048 * K);
+  // At 1 MiB it fits.
+  known.all_reduce_next = 1024 * K;
+  walks = detail::shape_walks_from(known, Config{}.slot_bytes);
+  CHECK(plan_with(walks, 1000, costs) == 1024 * K);
+  // A walk's later rounds: about twice its last.
+  costs.add(0, 1024 * K, budget / 3);
+  CHECK(costs.next_us(0, 2048 * K) == doctest::Approx(2 * budget / 3));
+  CHECK(costs.largest_bytes == 1024 * K);
+  walks[0].record(false);  // 2 MiB next: twice a third of the budget, on top of a third spent
+  CHECK(plan_with(walks, budget / 3 + 1000, costs) == 0);
+  CHECK(walks[0].cut == 2048 * K);
+}
+
 TEST_CASE(
     "shape tuning: measured at the first set-up of a shape, cached, on every rank; variables win; exact either "
     "side") {

@@ -280,15 +280,36 @@ inline CallShape walk_call(size_t k, size_t bytes, const SetupFacts& facts) {
                    facts.hosts};
 }
 
+// What rank 0's rounds of this set-up took: each walk's last, and the largest size's, whose share
+// of bytes stands for a walk's first round here (a walk an earlier set-up's budget cut goes on at
+// its size, which can be the largest yet: 4 processes on 2 cores, set-ups that went on at 1-2 MiB
+// took 21-51 ms when a first round was not weighed).
+struct RoundCosts {
+  double last_us[kShapeWalks] = {};
+  double largest_bytes = 0, largest_us = 0;
+
+  void add(size_t k, double bytes, double us) {
+    last_us[k] = us;
+    if (bytes >= largest_bytes) largest_bytes = bytes, largest_us = us;
+  }
+  // Walk k's next round, of `bytes`: about twice its last (the size doubles); a first round, its
+  // share of the largest's; 0 when none is timed yet (the set-up's first round, never cut, so
+  // that every set-up times a size).
+  double next_us(size_t k, size_t bytes) const {
+    if (last_us[k] > 0) return 2 * last_us[k];
+    return largest_bytes > 0 ? largest_us * static_cast<double>(bytes) / largest_bytes : 0;
+  }
+};
+
 // Rank 0's plan of the next round, after `elapsed_us` of timing: the size the next walk
 // (next_walk) times, at its index, and at kShapeWalks what runs without its candidate where the
-// thresholds known so far (`current`) choose; all 0 when done. The next round is about twice
-// its walk's last; where it would pass the budget, the walks end here (SizeWalk::end_early:
-// where each got is kept).
-inline void plan_round(std::array<SizeWalk, kShapeWalks>& walks, double elapsed_us,
-                       const double (&round_us)[kShapeWalks], const Config& current, const SetupFacts& facts,
-                       double (&plan)[kShapeWalks + 1]) {
-  if (const size_t k = next_walk(walks); k < kShapeWalks && elapsed_us + 2 * round_us[k] > kShapeBudgetUs)
+// thresholds known so far (`current`) choose; all 0 when done. Where the next round
+// (RoundCosts::next_us) would pass the budget, the walks end here (SizeWalk::end_early: where
+// each got is kept).
+inline void plan_round(std::array<SizeWalk, kShapeWalks>& walks, double elapsed_us, const RoundCosts& costs,
+                       const Config& current, const SetupFacts& facts, double (&plan)[kShapeWalks + 1]) {
+  if (const size_t k = next_walk(walks);
+      k < kShapeWalks && elapsed_us + costs.next_us(k, walks[k].next) > kShapeBudgetUs)
     for (SizeWalk& w : walks)
       if (w.next) w.end_early();
   const size_t k = next_walk(walks);
@@ -433,10 +454,10 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
     return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
   };
   std::string timings;
-  double round_us[kWalks] = {};  // each walk's last round (rank 0's)
+  detail::RoundCosts costs;  // rank 0's
   for (;;) {
     double plan[kWalks + 1] = {};  // the size each walk times next (one of them), and the algorithm without it
-    if (rank == 0) detail::plan_round(walks, us_since(t0), round_us, current, facts, plan);
+    if (rank == 0) detail::plan_round(walks, us_since(t0), costs, current, facts, plan);
     DCOMM_RETURN_IF_ERROR(detail::max_over_ranks(run, plan, kWalks + 1));
     const auto round_start = Clock::now();
     const auto k = static_cast<size_t>(std::find_if(plan, plan + kWalks, [](double v) { return v > 0; }) - plan);
@@ -448,7 +469,7 @@ inline Status tune_shape(Config& config, const SetupFacts& facts, int rank, cons
     DCOMM_RETURN_IF_ERROR(detail::slowest_us(
         run, OpDesc{call.kind, in.data(), out.data(), call.count, DataType::kFloat32, ReduceOp::kSum}, algorithms, us));
     if (rank != 0) continue;
-    round_us[k] = us_since(round_start);
+    costs.add(k, plan[k], us_since(round_start));
     timings += detail::cat(" ", to_string(call.kind), " ", call.bytes(), ": ", to_string(algorithms[0]), " ", us[0],
                            " us, ", to_string(algorithms[1]), " ", us[1], " us;");
     detail::SizeWalk& w = walks[k];
