@@ -189,13 +189,14 @@ TEST_CASE(
   CHECK(walk(2, {false, true, true, true}).from == 16384);  // behind once at 4 KiB, ahead when timed again
   CHECK(walk(2, {true, false, true, false, false}).from == 8192);
   // Recursive doubling's, 16 KiB to 512 KiB: before its run starts, where a size ahead meets one
-  // behind, the one behind is timed once more.
+  // behind, the one behind is timed once more; the first size behind after the run starts ends it.
   const size_t rd = detail::kDoublingWalk;
-  is(walk(rd, {false, true, false, true, false, false}), 32 * K, 128 * K);         // 16 KiB again: behind
-  is(walk(rd, {false, true, false, false, true, false, false}), 32 * K, 128 * K);  // 64 KiB again: ahead
-  is(walk(rd, {false, false, true, true, false, false}), 32 * K, 128 * K);         // 32 KiB again: ahead
-  is(walk(rd, {true, true, false, false}), 16 * K, 64 * K);                    // after the run starts, as single copy's
-  is(walk(rd, {false, false, false, false, false, false}), 512 * K, 512 * K);  // never ahead: none
+  is(walk(rd, {false, true, false, true, false}), 32 * K, 128 * K);         // 16 KiB again: behind
+  is(walk(rd, {false, true, false, false, true, false}), 32 * K, 128 * K);  // 64 KiB again: ahead
+  is(walk(rd, {false, false, true, true, false}), 32 * K, 128 * K);         // 32 KiB again: ahead
+  is(walk(rd, {true, true, false}), 16 * K, 64 * K);
+  is(walk(rd, {true, true, true, false}), 16 * K, 128 * K);  // behind once ends it (single copy's goes on)
+  is(walk(rd, {false, false, false, false, false, false}), 512 * K, 512 * K);               // never ahead: none
   is(walk(rd, {false, false, false, false, true, false, false, false}), 512 * K, 512 * K);  // ahead once: none
   is(walk(rd, {false, false, false, false, false, true, false}), 512 * K, kNoUpperBound);   // ahead at the last
   is(walk(0, {false, true, false, true, false, false, false, false}), 2 * M, 2 * M);        // single copy's: none

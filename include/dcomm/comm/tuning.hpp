@@ -126,25 +126,27 @@ inline constexpr int kShortCallRounds = 5;  // slowest_us's means of calls under
 // answer for none); a size where it is behind is timed once more, and ends the run only when it
 // is behind again (4 processes on 2 cores: a set-up's calls of a few us are noisy enough that
 // one timing a size ended the direct exchange's run before 16 KiB in 7 set-ups of 9, where it
-// takes 0.6-0.7x the time of what runs otherwise). `recheck` (a kAheadRun walk whose run may be
-// two sizes long): before the run starts, where a size ahead meets one behind, the one behind is
-// timed once more, so one noisy timing of either does not lose the pair.
+// takes 0.6-0.7x the time of what runs otherwise). `short_run` (a kAheadRun walk whose run may be
+// two sizes long, with its candidate far behind above it): before the run starts, where a size
+// ahead meets one behind, the one behind is timed once more, so one noisy timing of either does
+// not lose the pair; the run ends at the first size behind after it (`until` that size), so one
+// noisy timing above it does not carry the run on to the last size.
 struct SizeWalk {
   enum class Rule { kAheadRun, kWhileAhead } rule;
   size_t next, last, found = 0, until = 0;
   bool before = false;  // the size before was ahead (looking for `found`) or behind (for `until`;
                         // kWhileAhead: this size was behind once)
   size_t cut = 0;       // where a set-up's budget ended it, the size to go on from (end_early)
-  bool recheck = false;
+  bool short_run = false;
   size_t prev = 0;       // the size timed before this one in this set-up (0: none)
-  size_t rechecked = 0;  // the size last timed once more (recheck)
+  size_t rechecked = 0;  // the size last timed once more (short_run)
   bool back = false;     // that one is the size before, timed again after the one above it was ahead
 
   void record(bool ahead) {
     const size_t at = next;
     if (back) return record_back(ahead);
     // Behind after one ahead: this size once more; ahead after one behind: that one (`prev`, half this).
-    if (const size_t again = ahead ? prev : at; recheck && !found && prev && ahead != before && again != rechecked) {
+    if (const size_t again = ahead ? prev : at; short_run && !found && prev && ahead != before && again != rechecked) {
       rechecked = next = again, back = ahead;
       return;
     }
@@ -156,6 +158,7 @@ struct SizeWalk {
       return;
     }
     if (found) {  // where the run ends
+      if (!ahead && short_run) until = at, next = 0;
       if (!ahead && before) until = at / 2, next = 0;
       before = !ahead;
     } else if (ahead && before) {  // the run starts at the size before
@@ -197,18 +200,20 @@ struct SizeWalk {
 // tune_shape's walks: single copy's all_reduce and reduce_scatter, 16 KiB to 2 MiB; the direct
 // all_reduce, 4 KiB to 16 KiB (at most a slot), 2 KiB where it is behind at 4 KiB; single copy's
 // reduce, all_gather and broadcast, as the first two; recursive doubling's all_reduce, 16 KiB to
-// 512 KiB (algorithm_choice.hpp's kFifoWalkLast), as they, with SizeWalk::recheck: its run can be
-// two sizes (4 processes on 2 cores: ahead at 32 and 64 KiB only, 0.8x the ring's time), which
-// one noisy timing of either lost in 5 first set-ups of 7 (with it, 1 of 7), and its sizes are
-// small, so a timing once more costs little (single copy's runs are longer, its sizes to 2 MiB)
-// (host_tuning.hpp's kWalkFields: what each times, and where its thresholds go).
+// 512 KiB (algorithm_choice.hpp's kFifoWalkLast), as they, with SizeWalk::short_run: its run can
+// be two sizes (4 processes on 2 cores: ahead at 32 and 64 KiB only, 0.8x the ring's time), which
+// one noisy timing of either lost in 5 first set-ups of 7 (timed once more, in 1 of 7), and its
+// sizes are small, so a timing once more costs little; above the run it falls far behind (2.4-3.6x
+// the ring's time from 256 KiB), yet one noisy timing there carried a run on to 512 KiB in 1 of 7
+// (single copy's runs are longer, and its sizes go to 2 MiB) (host_tuning.hpp's kWalkFields: what
+// each times, and where its thresholds go).
 inline std::array<SizeWalk, kShapeWalks> shape_walks(size_t slot_bytes) {
   using Rule = SizeWalk::Rule;
   std::array<SizeWalk, kShapeWalks> walks;
   walks.fill(SizeWalk{Rule::kAheadRun, kSingleCopyFirst, kCopyWalkLast});
   walks[kDirectWalk] = SizeWalk{Rule::kWhileAhead, 4096, std::min(kDirectMaxBytes, slot_bytes), 2048};
   walks[kDoublingWalk].last = kFifoWalkLast;
-  walks[kDoublingWalk].recheck = true;
+  walks[kDoublingWalk].short_run = true;
   return walks;
 }
 
