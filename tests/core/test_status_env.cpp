@@ -69,6 +69,15 @@ TEST_CASE("Config::from_env reads DCOMM_* variables and names a bad one") {
   REQUIRE_FALSE(bad_staged.ok());
   CHECK(bad_staged.status().message().find("DCOMM_STAGED_COPY") != std::string::npos);
   unsetenv("DCOMM_STAGED_COPY");
+
+  CHECK(Config::from_env()->take_area_bytes == -1);  // auto: the L2 over twice the slots
+  setenv("DCOMM_TAKE_AREA_BYTES", "64K", 1);
+  CHECK(Config::from_env()->take_area_bytes == 65536);
+  setenv("DCOMM_TAKE_AREA_BYTES", "-2", 1);
+  auto bad_take = Config::from_env();
+  REQUIRE_FALSE(bad_take.ok());
+  CHECK(bad_take.status().message().find("DCOMM_TAKE_AREA_BYTES") != std::string::npos);
+  unsetenv("DCOMM_TAKE_AREA_BYTES");
 }
 
 TEST_CASE("parse_size understands K, M and G suffixes") {

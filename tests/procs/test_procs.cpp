@@ -73,6 +73,18 @@ TEST_CASE("matrix, processes over shared memory, FIFOs with lines apart from the
     }
 }
 
+// Data areas a consumer takes before it hands them back (PeerPort::release_recv): those of up
+// to 512 bytes (a message of 449-512 bytes; larger ones are not taken), none, or every one
+// (the default takes every area of a 1 KiB slot).
+TEST_CASE("matrix, processes over shared memory, data areas taken up to 512 bytes, none, and all") {
+  for (const char* take : {"DCOMM_TAKE_AREA_BYTES=512", "DCOMM_TAKE_AREA_BYTES=0", "DCOMM_TAKE_AREA_BYTES=1G"})
+    for (int size : {2, 3}) {
+      CAPTURE(take);
+      CAPTURE(size);
+      check_all_exit(run_local({"matrix"}, size, {"DCOMM_SLOT_BYTES=1024", "DCOMM_SLOTS=3", take}), 0);
+    }
+}
+
 // On 3 ranks the largest count's output (over 2 KiB) is also written with streaming stores,
 // which single copy's reductions fold in a buffer for; the smaller ones fold in the output.
 TEST_CASE("matrix, processes over shared memory with the single-copy paths from 1 KiB") {

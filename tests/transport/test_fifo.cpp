@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include <dcomm/prims/peer.hpp>
 #include <dcomm/transport/fifo.hpp>
 #include <dcomm/transport/transport.hpp>
 
@@ -217,6 +218,48 @@ TEST_CASE("fifo: with more lines than slots, line-sized messages queue on every 
   }
 }
 
+// A consumer takes the first `bytes` of a data area for the producer's next write: one store to
+// each of those cache lines, none past them, and nothing in the slot's line.
+TEST_CASE("fifo: take_area stores to each cache line of the area's first bytes and nowhere else") {
+  Config c;
+  c.slot_bytes = 1024;
+  c.slots = 3;
+  for (size_t lines : {size_t{0}, size_t{8}}) {
+    CAPTURE(lines);
+    HeapFifo mem(c, lines);
+    FifoRef f = mem.fifo;
+    for (uint64_t i = 0; i < 4; ++i) {
+      REQUIRE(f.writable(c.slot_bytes));
+      char* p = f.payload(i, c.slot_bytes);
+      std::memset(p, 'x', c.slot_bytes);
+      f.commit(c.slot_bytes);
+      const std::vector<char> line(f.payload(i, kInlineBytes) - kInlineOffset,
+                                   f.payload(i, kInlineBytes) - kInlineOffset + kSlotHeaderBytes);
+      f.take_area(i, 300);  // lines at 0, 64, ..., 256: five
+      for (size_t k = 0; k < c.slot_bytes; ++k) {
+        CAPTURE(k);
+        CHECK(p[k] == (k < 300 && k % kSlotHeaderBytes == 0 ? 0 : 'x'));
+      }
+      CHECK(std::memcmp(line.data(), f.payload(i, kInlineBytes) - kInlineOffset, kSlotHeaderBytes) == 0);
+      CHECK(f.size(i) == c.slot_bytes);
+      f.publish_head(i + 1);
+    }
+  }
+}
+
+// What a consumer takes: DCOMM_TAKE_AREA_BYTES when set (0: nothing), else the L2 over twice the
+// data areas, or nothing where the L2's size is unknown.
+TEST_CASE("take_area_bytes: the setting, else this core's L2 over twice the FIFO's data areas") {
+  Config c;
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  CHECK(take_area_bytes(c, 8) == (l2 > 0 ? static_cast<uint64_t>(l2) / 16 : 0));
+  CHECK(take_area_bytes(c, 4) == (l2 > 0 ? static_cast<uint64_t>(l2) / 8 : 0));
+  c.take_area_bytes = 0;
+  CHECK(take_area_bytes(c, 8) == 0);
+  c.take_area_bytes = 4096;
+  CHECK(take_area_bytes(c, 8) == 4096);
+}
+
 TEST_CASE("fifo: with more lines than slots, a producer and a consumer thread pass mixed sizes intact") {
   Config c;
   c.slot_bytes = 1024;
@@ -246,6 +289,9 @@ TEST_CASE("fifo: with more lines than slots, a producer and a consumer thread pa
     bad += bytes != size_of(i);
     const char* p = f.payload(i, bytes);
     for (uint64_t k = 0; k < bytes; ++k) bad += p[k] != byte_of(i, k);
+    // As PeerPort::release_recv does: the area's lines taken before the slot goes back (on
+    // every other one, whole or in part), which the producer's next payload there overwrites.
+    if (bytes > kSmallBytes && i % 2) f.take_area(i, i % 4 == 1 ? bytes : bytes / 2);
     f.publish_head(i + 1);
   }
   producer.join();

@@ -151,8 +151,10 @@ namespace detail {
 // out-of-place tiles in the output, so it overtakes the ring at other sizes; 5: a shape line
 // counts its tries and leaves what the budget did not reach at 0; 6: and says where single copy
 // falls behind again; 7: and where the budget cut each walk; 8: and all_gather's and broadcast's
-// runs; 9: and recursive doubling's, and the pace the walks began at).
-inline constexpr int kHostTuningFormat = 9;
+// runs; 9: and recursive doubling's, and the pace the walks began at; 10: consumers take the
+// FIFO's data areas for the producer's next write, so the FIFO paths the walks time single copy
+// and the direct exchange against got faster).
+inline constexpr int kHostTuningFormat = 10;
 
 inline std::string first_field(const char* path, const std::string& key) {
   std::ifstream in(path);

@@ -159,6 +159,13 @@ struct Config {
   // DCOMM_STREAM_BYTES: calls at least this large write their output with streaming stores
   // (no read-for-ownership); smaller ones keep their output in cache for the caller.
   size_t stream_bytes = 16u << 20;
+  // DCOMM_TAKE_AREA_BYTES: over shared memory and between threads, a rank that has read a FIFO
+  // data area of up to this many bytes stores once to each of its cache lines before it hands
+  // the slot back, so that the producer's next write of that area finds the lines held by one
+  // core instead of shared by two (transport/fifo.hpp, FifoRef::take_area); 0 turns that off.
+  // -1 (auto): this core's L2 over twice DCOMM_SLOTS (prims/peer.hpp, take_area_bytes: 64 KiB
+  // on the AMD EPYC's 1 MiB).
+  long long take_area_bytes = -1;
   // DCOMM_DIRECT_BYTES: all_reduce calls up to this size (at most 16K and one slot) exchange
   // whole buffers in one step instead of running the ring; 0 turns that off. The host tuning
   // measures it (comm/tuning.hpp).
@@ -246,6 +253,7 @@ struct Config {
     auto zero_copy = env_size("DCOMM_ZERO_COPY_BYTES", static_cast<long long>(c.zero_copy_bytes), 0, 1LL << 50);
     auto rendezvous = env_size("DCOMM_RENDEZVOUS_BYTES", static_cast<long long>(c.rendezvous_bytes), 0, 1LL << 50);
     auto stream = env_size("DCOMM_STREAM_BYTES", static_cast<long long>(c.stream_bytes), 0, 1LL << 50);
+    auto take = env_size("DCOMM_TAKE_AREA_BYTES", c.take_area_bytes, -1, 1LL << 50);
     auto direct = env_size("DCOMM_DIRECT_BYTES", static_cast<long long>(c.direct_bytes), 0, 16384);
     auto staging = env_size("DCOMM_MAX_STAGING_BYTES", static_cast<long long>(c.max_staging_bytes), 0, 1LL << 50);
     auto cma = env_size("DCOMM_CMA_BYTES", static_cast<long long>(c.cma_bytes), 0, 1LL << 50);
@@ -261,7 +269,8 @@ struct Config {
          {timeout.status(),  slot.status(),       slots.status(),     small_slots.status(), socks.status(),
           spin.status(),     proxy_spin.status(), zero_copy.status(), rendezvous.status(),  stream.status(),
           direct.status(),   staging.status(),    cma.status(),       cma_reduce.status(),  cma_rs.status(),
-          cma_root.status(), cma_oop.status(),    staged.status(),    per_host.status(),    cyclic.status()})
+          cma_root.status(), cma_oop.status(),    staged.status(),    per_host.status(),    cyclic.status(),
+          take.status()})
       if (!s.ok()) return s;
     c.timeout = std::chrono::milliseconds(*timeout);
     c.slot_bytes = static_cast<size_t>(*slot) & ~size_t{63};
@@ -275,6 +284,7 @@ struct Config {
     c.rendezvous_bytes = static_cast<size_t>(*rendezvous);
     c.stream_bytes = static_cast<size_t>(*stream);
     c.direct_bytes = static_cast<size_t>(*direct);
+    c.take_area_bytes = *take;
     c.max_staging_bytes = static_cast<size_t>(*staging);
     c.cma_bytes = static_cast<size_t>(*cma);
     c.cma_reduce_bytes = static_cast<size_t>(*cma_reduce);
