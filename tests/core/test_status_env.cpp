@@ -33,6 +33,14 @@ TEST_CASE("Status and Result carry the error and its context") {
 }
 
 TEST_CASE("Config::from_env reads DCOMM_* variables and names a bad one") {
+  // A bad value of `var` fails with a message that names it; `var` is unset again either way.
+  auto rejects = [](const char* var, const char* value) {
+    setenv(var, value, 1);
+    auto bad = Config::from_env();
+    unsetenv(var);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().message().find(var) != std::string::npos);
+  };
   setenv("DCOMM_TIMEOUT_MS", "1234", 1);
   setenv("DCOMM_SLOT_BYTES", "64K", 1);
   setenv("DCOMM_TRANSPORT", "tcp", 1);
@@ -42,11 +50,7 @@ TEST_CASE("Config::from_env reads DCOMM_* variables and names a bad one") {
   CHECK(c->slot_bytes == 65536);
   CHECK(c->transport == TransportChoice::kTcp);
 
-  setenv("DCOMM_TIMEOUT_MS", "soon", 1);
-  auto bad = Config::from_env();
-  REQUIRE_FALSE(bad.ok());
-  CHECK(bad.status().message().find("DCOMM_TIMEOUT_MS") != std::string::npos);
-  unsetenv("DCOMM_TIMEOUT_MS");
+  rejects("DCOMM_TIMEOUT_MS", "soon");
 
   setenv("DCOMM_TRANSPORT", "carrier-pigeon", 1);
   auto bad_t = Config::from_env();
@@ -64,20 +68,12 @@ TEST_CASE("Config::from_env reads DCOMM_* variables and names a bad one") {
   CHECK(Config::from_env()->staged_copy == -1);  // auto: over 2 ranks a core
   setenv("DCOMM_STAGED_COPY", "0", 1);
   CHECK(Config::from_env()->staged_copy == 0);
-  setenv("DCOMM_STAGED_COPY", "2", 1);
-  auto bad_staged = Config::from_env();
-  REQUIRE_FALSE(bad_staged.ok());
-  CHECK(bad_staged.status().message().find("DCOMM_STAGED_COPY") != std::string::npos);
-  unsetenv("DCOMM_STAGED_COPY");
+  rejects("DCOMM_STAGED_COPY", "2");
 
   CHECK(Config::from_env()->take_area_bytes == -1);  // auto: the L2 over twice the slots
   setenv("DCOMM_TAKE_AREA_BYTES", "64K", 1);
   CHECK(Config::from_env()->take_area_bytes == 65536);
-  setenv("DCOMM_TAKE_AREA_BYTES", "-2", 1);
-  auto bad_take = Config::from_env();
-  REQUIRE_FALSE(bad_take.ok());
-  CHECK(bad_take.status().message().find("DCOMM_TAKE_AREA_BYTES") != std::string::npos);
-  unsetenv("DCOMM_TAKE_AREA_BYTES");
+  rejects("DCOMM_TAKE_AREA_BYTES", "-2");
 }
 
 TEST_CASE("parse_size understands K, M and G suffixes") {

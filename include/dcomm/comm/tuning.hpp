@@ -157,9 +157,8 @@ struct SizeWalk {
       else next = before ? 0 : at, before = !before;
       return;
     }
-    if (found) {  // where the run ends
-      if (!ahead && short_run) until = at, next = 0;
-      if (!ahead && before) until = at / 2, next = 0;
+    if (found) {  // where the run ends: at the first size behind (short_run), else at the first of two in a row
+      if (!ahead && (short_run || before)) until = short_run ? at : at / 2, next = 0;
       before = !ahead;
     } else if (ahead && before) {  // the run starts at the size before
       found = at / 2, before = false;
