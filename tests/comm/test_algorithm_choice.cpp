@@ -439,20 +439,79 @@ TEST_CASE("algorithms for collectives: forcing, the cost model and the measured 
 
 TEST_CASE(
     "an all-to-all's messages pull from DCOMM_CMA_BYTES with more ranks than cores; others from the scaled value") {
-  const size_t cma = 16384, scaled = oversubscribed_threshold(cma, 4);  // 4 ranks a core
+  Config c;
+  c.cma_bytes = 16384;
+  LinkModel link;
+  link.load = 4;  // 4 ranks a core: the host tuning does not time this shape
+  const size_t cma = c.cma_bytes, scaled = oversubscribed_threshold(cma, link.load);
   REQUIRE(scaled > cma);
-  std::vector<float> send(4 * 8), recv(4 * 8);
-  auto a2a = equal_exchange_ops(Exchange::kAllToAll, 1, 4, 0, send.data(), recv.data(), 8, DataType::kFloat32);
-  REQUIRE(a2a.ok());
-  REQUIRE(a2a->size() == 8);  // a send and a receive per rank, its own block a pair too
-  for (const P2POp& op : *a2a) {
-    CAPTURE(op.peer);
-    CHECK(op.all_to_all == (op.peer != 1));  // its own block is a local copy
-    CHECK(detail::message_pull_bytes(op, scaled, cma) == (op.peer != 1 ? cma : scaled));
-    CHECK(detail::message_pull_bytes(op, 0, cma) == 0);  // no single copy on this host
+  const PullRule rule = pull_rule(c, 4, link);
+  std::vector<float> send(4 * scaled), recv(4 * scaled);
+  // Sizes either side of each threshold: an all-to-all's blocks of `elems` floats.
+  for (size_t bytes : {cma - 4, cma, scaled - 4, scaled}) {
+    const size_t elems = bytes / sizeof(float);
+    auto a2a = equal_exchange_ops(Exchange::kAllToAll, 1, 4, 0, send.data(), recv.data(), elems, DataType::kFloat32);
+    REQUIRE(a2a.ok());
+    REQUIRE(a2a->size() == 8);  // a send and a receive per rank, its own block a pair too
+    for (const P2POp& op : *a2a) {
+      CAPTURE(op.peer);
+      CAPTURE(bytes);
+      CHECK(op.all_to_all == (op.peer != 1));  // its own block is a local copy
+      CHECK(rule.pulls(op) == (bytes >= (op.peer != 1 ? cma : scaled)));
+      CHECK_FALSE(PullRule{}.pulls(op));  // no single copy on this host
+    }
+    auto gather = equal_exchange_ops(Exchange::kGather, 0, 4, 0, send.data(), recv.data(), elems, DataType::kFloat32);
+    REQUIRE(gather.ok());
+    for (const P2POp& op : *gather) CHECK(rule.pulls(op) == (bytes >= scaled));
+    CHECK(rule.pulls(P2POp::send(send.data(), elems, DataType::kFloat32, 2)) == (bytes >= scaled));
   }
-  auto gather = equal_exchange_ops(Exchange::kGather, 0, 4, 0, send.data(), recv.data(), 8, DataType::kFloat32);
-  REQUIRE(gather.ok());
-  for (const P2POp& op : *gather) CHECK(detail::message_pull_bytes(op, scaled, cma) == scaled);
-  CHECK(detail::message_pull_bytes(P2POp::send(send.data(), 8, DataType::kFloat32, 2), scaled, cma) == scaled);
+  c.cma_bytes = 0;  // DCOMM_CMA_BYTES=0: none
+  for (bool all_to_all : {false, true}) {
+    P2POp op = P2POp::send(send.data(), scaled, DataType::kFloat32, 2);
+    op.all_to_all = all_to_all;
+    CHECK_FALSE(pull_rule(c, 4, link).pulls(op));
+  }
+}
+
+TEST_CASE("a message pulls where all_gather's walk timed single copy ahead for blocks of its size") {
+  std::vector<char> buf(kCopyWalkLast);
+  const auto pulls = [&](const PullRule& rule, size_t bytes, bool all_to_all) {
+    P2POp op = P2POp::send(buf.data(), bytes, DataType::kUint8, 1);
+    op.all_to_all = all_to_all;
+    return rule.pulls(op);
+  };
+  Config c;
+  c.cma_bytes = 16384;
+  const LinkModel link;
+  for (bool all_to_all : {false, true}) {
+    CAPTURE(all_to_all);
+    // 2 ranks, a run with no end from 512 KiB: blocks from 256 KiB, and DCOMM_CMA_BYTES's rule
+    // above 1 MiB (an all_gather of 2 MiB, the walk's last).
+    c.cma_all_gather_bytes = 512u << 10, c.cma_all_gather_until_bytes = kNoUpperBound;
+    PullRule two = pull_rule(c, 2, link);
+    CHECK_FALSE(pulls(two, c.cma_bytes, all_to_all));  // the rule's size, but in the walk's sizes
+    CHECK_FALSE(pulls(two, (256u << 10) - 1, all_to_all));
+    CHECK(pulls(two, 256u << 10, all_to_all));
+    CHECK(pulls(two, 1u << 20, all_to_all));
+    CHECK(pulls(two, (1u << 20) + 1, all_to_all));
+    // 3 ranks, a run [96 KiB, 1 MiB): blocks [32 KiB, 349,526 bytes) (3 x that is 1,048,578),
+    // then none up to 699,050 bytes (3 x 699,051 is over 2 MiB), then the rule.
+    c.cma_all_gather_bytes = 96u << 10, c.cma_all_gather_until_bytes = 1u << 20;
+    PullRule three = pull_rule(c, 3, link);
+    CHECK_FALSE(pulls(three, (32u << 10) - 1, all_to_all));
+    CHECK(pulls(three, 32u << 10, all_to_all));
+    CHECK(pulls(three, 349525, all_to_all));
+    CHECK_FALSE(pulls(three, 349526, all_to_all));
+    CHECK_FALSE(pulls(three, 699050, all_to_all));
+    CHECK(pulls(three, 699051, all_to_all));
+    // None up to 2 MiB (a run starting and ending at the walk's last).
+    c.cma_all_gather_bytes = c.cma_all_gather_until_bytes = kCopyWalkLast;
+    PullRule none = pull_rule(c, 4, link);
+    CHECK_FALSE(pulls(none, 512u << 10, all_to_all));
+    CHECK(pulls(none, (512u << 10) + 1, all_to_all));
+    // Not measured: the rule.
+    c.cma_all_gather_bytes = kNotMeasured, c.cma_all_gather_until_bytes = kNoUpperBound;
+    CHECK_FALSE(pulls(pull_rule(c, 2, link), c.cma_bytes - 1, all_to_all));
+    CHECK(pulls(pull_rule(c, 2, link), c.cma_bytes, all_to_all));
+  }
 }

@@ -15,6 +15,7 @@
 #include "dcomm/core/bytes.hpp"
 #include "dcomm/core/call.hpp"
 #include "dcomm/core/config.hpp"
+#include "dcomm/core/env.hpp"
 #include "dcomm/core/sanitizer.hpp"
 #include "dcomm/core/status.hpp"
 #include "dcomm/core/types.hpp"
@@ -93,17 +94,6 @@ inline std::span<const P2POp> stage_clobbered_sends(std::span<const P2POp> ops, 
     at += ops[i].bytes();
   }
   return own.empty() ? ops : std::span<const P2POp>(own);
-}
-
-// From where a user's message is copied by its receiver straight from the sender's buffer
-// (run_p2p's `pull_bytes`, 0: never). With more ranks than cores the communicator scales
-// DCOMM_CMA_BYTES (`cma_bytes`) up, since a receiver that reads waits for its sender to be
-// scheduled first; an all-to-all's messages take it as it is, as each rank waits for every peer
-// in that batch anyway (8 processes on 2 cores, 128-512 KiB, 16-64 KiB blocks: 0.48-0.76x the
-// time through the FIFO; 4 processes, 128 KiB: 0.78x; a send_recv of 16 KiB between 8 took
-// 1.7-2.2x; docs/benchmarking.md, "Figures behind the comments").
-inline size_t message_pull_bytes(const P2POp& op, size_t pull_bytes, size_t cma_bytes) {
-  return op.all_to_all && pull_bytes && cma_bytes ? std::min(pull_bytes, cma_bytes) : pull_bytes;
 }
 
 // Self messages: the k-th send to self feeds the k-th receive from self. A copy of at least
@@ -260,6 +250,24 @@ inline Result<bool> advance_p2p(const P2POp& op, PeerPort& port, const P2PRoute&
 
 }  // namespace detail
 
+// Which of a user's messages go single copy, copied by their receiver straight from the
+// sender's buffer (run_p2p); both ends decide alike from the same values. The communicator sets
+// it where every rank can read every other (comm/algorithm_choice.hpp's pull_rule); the default
+// pulls none.
+struct PullRule {
+  size_t from = 0;             // a message from this size on (0: none), ...
+  size_t all_to_all_from = 0;  // ... an all-to-all's from this one, ...
+  // ... but up to `run_last`, where the host tuning timed it, only in [run_from, run_until)
+  // (kNotMeasured: not timed).
+  size_t run_from = kNotMeasured, run_until = kNoUpperBound, run_last = 0;
+
+  bool pulls(const P2POp& op) const {
+    if (const std::optional<bool> run = in_measured_run(op.bytes(), run_from, run_until, run_last)) return *run;
+    const size_t at = op.all_to_all ? all_to_all_from : from;
+    return at && op.bytes() >= at;
+  }
+};
+
 // ports[p] is the port to rank p (null for this rank). Each message takes at least one slot,
 // so zero-byte messages keep their place in the order; messages on the same pair and
 // direction go in batch order, the others all at once. Sends a receive of the batch
@@ -269,11 +277,11 @@ inline Result<bool> advance_p2p(const P2POp& op, PeerPort& port, const P2PRoute&
 // (type and count), checked by the receive it meets. Otherwise the batch is a step of a
 // collective and its slots carry the collective's stamp. `staging`, where given, holds those
 // copies and is kept from call to call (its pages are touched, and registered with a wire that
-// registers, once, not at every in-place call). `pull_bytes`: a user's message at least this
-// large is copied by its receiver straight from the sender's buffer (0: none; the communicator
-// sets it where every rank can read every other: DCOMM_CMA_BYTES, as single copy's collectives).
+// registers, once, not at every in-place call). `pull`: which of a user's messages are copied by
+// their receiver straight from the sender's buffer (PullRule).
 inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<PeerPort*>& ports, const Config& config,
-                      bool message_stamps = false, std::vector<char>* staging = nullptr, size_t pull_bytes = 0) {
+                      bool message_stamps = false, std::vector<char>* staging = nullptr,
+                      const PullRule& pull = PullRule{}) {
   auto port_of = [&](const P2POp& op) { return ports[static_cast<size_t>(op.peer)]; };
   detail::BatchStates states(ops.size());
   const std::span<detail::MessageState> state = states.all();
@@ -288,8 +296,7 @@ inline Status run_p2p(std::span<const P2POp> ops, int rank, const std::vector<Pe
     for (size_t j = i; j-- > 0 && m.before < 0;)
       if (ops[j].peer == ops[i].peer && ops[j].kind == ops[i].kind) m.before = static_cast<int>(j);
     if (message_stamps) m.stamp = message_stamp(ops[i].type, ops[i].count, ops[i].tag);
-    const size_t pull = detail::message_pull_bytes(ops[i], pull_bytes, config.cma_bytes);
-    m.pulled = message_stamps && pull && ops[i].peer != rank && ops[i].bytes() >= pull;
+    m.pulled = message_stamps && ops[i].peer != rank && pull.pulls(ops[i]);
     m.rendezvous = !m.pulled && (message_stamps || ops[i].by_rendezvous) && ops[i].peer != rank && !ops[i].fold &&
                    port_of(ops[i])->goes_by_rendezvous(ops[i].bytes());
   }

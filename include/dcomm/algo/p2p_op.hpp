@@ -42,7 +42,7 @@ struct P2POp {
   // lands it: zero copy); the schedule sets it alike at both ends (a swap that copies).
   bool by_rendezvous = false;
   // A message of an all-to-all, where every rank sends to and receives from every other in one
-  // batch (algo/exchange.hpp sets it at both ends): run_p2p's message_pull_bytes.
+  // batch (algo/exchange.hpp sets it at both ends): PullRule's all_to_all_from (algo/p2p.hpp).
   bool all_to_all = false;
 };
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dcomm/algo/direct.hpp"
+#include "dcomm/algo/p2p.hpp"
 #include "dcomm/comm/cost_model.hpp"
 #include "dcomm/comm/op.hpp"
 #include "dcomm/core/config.hpp"
@@ -94,14 +95,6 @@ inline constexpr size_t kCopyWalkLast = 2u << 20;
 // longer walk would not fit a set-up's budget.
 inline constexpr size_t kFifoWalkLast = 512u << 10;
 
-// Whether `bytes` is in a run of sizes [from, until) that a host tuning walk found, up to the
-// largest size it timed (`last`); nothing where not measured (kNotMeasured) or above `last`,
-// where another rule decides.
-inline std::optional<bool> in_measured_run(size_t bytes, size_t from, size_t until, size_t last) {
-  if (from == kNotMeasured || bytes > last) return std::nullopt;
-  return from && bytes >= from && bytes < until;
-}
-
 // all_reduce by recursive doubling where the host tuning timed it ahead of what runs otherwise,
 // up to the largest size it timed, on one host; nothing where not measured (the cost model
 // decides).
@@ -132,6 +125,35 @@ inline bool single_copy_reads_pay(const CallShape& c, const Config& config, cons
   const bool per_block = gather && link.load <= 1;
   const size_t read = per_block ? c.bytes() / static_cast<size_t>(c.ranks) : c.bytes();
   return config.cma_bytes && read >= oversubscribed_threshold(config.cma_bytes, link.load);
+}
+
+// A user's messages (send/recv, an all-to-all's blocks) where every rank can read every other:
+// single copy where all_gather's walk timed it ahead for blocks of their size (an all_gather of as
+// many bytes from each rank; one read of a peer's buffer against two copies through the FIFO, as
+// for a message), up to the largest size it timed. AMD EPYC, 2 processes, in a calm stretch: an
+// all_to_all's blocks of 64-512 KiB took 0.71-0.82x single copy's time through the FIFO, 1 MiB
+// 0.98x, 2 MiB 1.51x; all_gather's ring 0.63-0.79x single copy's at blocks of 64-512 KiB, 1 MiB
+// 0.78-0.81x, 2 MiB 1.07x; in the VM's slow stretches the FIFO fell behind from 128 KiB blocks, and
+// the walk then finds that too (docs/benchmarking.md). Above that, and where not measured,
+// DCOMM_CMA_BYTES's rule: from it, scaled where ranks outnumber the cores (a receiver that reads
+// waits for its sender to be scheduled first), but an all-to-all's blocks from it as it is, as each
+// rank waits for every peer in that batch anyway (8 processes on 2 cores, 128-512 KiB, 16-64 KiB
+// blocks: 0.48-0.76x the time through the FIFO; 4 processes, 128 KiB: 0.78x; a send_recv of 16 KiB
+// between 8 took 1.7-2.2x; docs/benchmarking.md, "Figures behind the comments").
+inline PullRule pull_rule(const Config& config, int ranks, const LinkModel& link) {
+  const auto per_rank = [&](size_t bytes) {
+    const auto n = static_cast<size_t>(ranks);
+    return bytes == kNoUpperBound ? bytes : (bytes + n - 1) / n;  // m x ranks >= bytes
+  };
+  PullRule r;
+  r.from = config.cma_bytes ? oversubscribed_threshold(config.cma_bytes, link.load) : 0;
+  r.all_to_all_from = config.cma_bytes;
+  if (config.cma_all_gather_bytes != kNotMeasured) {
+    r.run_from = per_rank(config.cma_all_gather_bytes);
+    r.run_until = per_rank(config.cma_all_gather_until_bytes);
+    r.run_last = kCopyWalkLast / static_cast<size_t>(ranks);  // m x ranks <= kCopyWalkLast
+  }
+  return r;
 }
 
 // all_reduce, reduce_scatter and reduce: single copy, through the kernel or only with every

@@ -473,10 +473,9 @@ class Communicator : public ExchangeCalls<Communicator>, public MembershipCalls<
       DCOMM_RETURN_IF_ERROR(links_.connect_missing(d.p2p.size(), [&](size_t i) { return d.p2p[i].peer; }));
       DCOMM_LOG(kTrace, kSubsysP2P, rank_, "batch of ", d.p2p.size(), " send/recv");
       begin_call(call_stamp(OpKind::kPointToPoint, DataType::kUint8, ReduceOp::kSum, d.p2p.size(), 0, 0));
-      // From DCOMM_CMA_BYTES (scaled as single copy's all_gather where ranks outnumber the
-      // cores, but for an all-to-all's: algo/p2p.hpp's message_pull_bytes) a message goes
-      // single copy, its receiver copying from the sender's buffer.
-      const size_t pull = facts_.single_copy ? oversubscribed_threshold(config_.cma_bytes, facts_.link.load) : 0;
+      // Where every rank can read every other, a message may go single copy, its receiver
+      // copying from the sender's buffer (algorithm_choice.hpp's pull_rule).
+      const PullRule pull = facts_.single_copy ? pull_rule(config_, size_, facts_.link) : PullRule{};
       return run_p2p(d.p2p, rank_, links_.by_rank(), config_, /*message_stamps=*/true, &scratch_, pull);
     }
     // Every slot of this call carries its stamp; the collectives are numbered alike on every rank.

@@ -21,8 +21,10 @@
 //                    threads), since it takes them all (comm/tuning.hpp's tune_shape); kept in
 //                    the same cache, one line per shape. all_gather's and broadcast's runs of
 //                    single copy likewise (no variable of their own: DCOMM_CMA_BYTES, set,
-//                    serves them by its rule), and all_reduce's run of recursive doubling
-//                    against what runs without it, up to 512 KiB (none: DCOMM_ALGO forces).
+//                    serves them by its rule); a user's messages (send/recv, an all-to-all's
+//                    blocks) go with all_gather's, block for block (algorithm_choice.hpp's
+//                    pull_rule); and all_reduce's run of recursive doubling against what runs
+//                    without it, up to 512 KiB (none: DCOMM_ALGO forces).
 // What stays fixed, and why: docs/environment.md ("Tuned where it runs").
 //
 // DCOMM_HOST_TUNING=off keeps the compiled-in defaults. The cache: DCOMM_HOST_TUNING_CACHE, else

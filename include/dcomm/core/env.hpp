@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "dcomm/core/algorithms.hpp"
@@ -114,6 +115,14 @@ inline constexpr size_t kNoUpperBound = size_t{1} << 60;
 // A threshold not measured, whose rule is another's (Config::cma_all_gather_bytes: DCOMM_CMA_BYTES's;
 // Config::recursive_doubling_bytes: the cost model's); exact as a double too.
 inline constexpr size_t kNotMeasured = size_t{1} << 61;
+
+// Whether `bytes` is in a run of sizes [from, until) that a host tuning walk found, up to the
+// largest size it timed (`last`); nothing where not measured (kNotMeasured) or above `last`,
+// where another rule decides.
+inline std::optional<bool> in_measured_run(size_t bytes, size_t from, size_t until, size_t last) {
+  if (from == kNotMeasured || bytes > last) return std::nullopt;
+  return from && bytes >= from && bytes < until;
+}
 
 struct Config {
   // Longest a wait may go without progress before the call fails (DCOMM_TIMEOUT_MS).
