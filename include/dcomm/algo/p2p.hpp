@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -257,12 +258,14 @@ inline Result<bool> advance_p2p(const P2POp& op, PeerPort& port, const P2PRoute&
 struct PullRule {
   size_t from = 0;             // a message from this size on (0: none), ...
   size_t all_to_all_from = 0;  // ... an all-to-all's from this one, ...
-  // ... but up to `run_last`, where the host tuning timed it, only in [run_from, run_until)
-  // (kNotMeasured: not timed).
+  // ... but where a collective of `ranks` blocks of its size, up to `run_last`, was timed by the
+  // host tuning: only in [run_from, run_until) of that whole (kNotMeasured: not timed).
+  size_t ranks = 1;
   size_t run_from = kNotMeasured, run_until = kNoUpperBound, run_last = 0;
 
   bool pulls(const P2POp& op) const {
-    if (const std::optional<bool> run = in_measured_run(op.bytes(), run_from, run_until, run_last)) return *run;
+    const size_t whole = op.bytes() > SIZE_MAX / ranks ? SIZE_MAX : op.bytes() * ranks;
+    if (const std::optional<bool> run = in_measured_run(whole, run_from, run_until, run_last)) return *run;
     const size_t at = op.all_to_all ? all_to_all_from : from;
     return at && op.bytes() >= at;
   }

@@ -141,18 +141,12 @@ inline bool single_copy_reads_pay(const CallShape& c, const Config& config, cons
 // blocks: 0.48-0.76x the time through the FIFO; 4 processes, 128 KiB: 0.78x; a send_recv of 16 KiB
 // between 8 took 1.7-2.2x; docs/benchmarking.md, "Figures behind the comments").
 inline PullRule pull_rule(const Config& config, int ranks, const LinkModel& link) {
-  const auto per_rank = [&](size_t bytes) {
-    const auto n = static_cast<size_t>(ranks);
-    return bytes == kNoUpperBound ? bytes : (bytes + n - 1) / n;  // m x ranks >= bytes
-  };
   PullRule r;
-  r.from = config.cma_bytes ? oversubscribed_threshold(config.cma_bytes, link.load) : 0;
+  r.from = oversubscribed_threshold(config.cma_bytes, link.load);  // 0 stays 0: none
   r.all_to_all_from = config.cma_bytes;
-  if (config.cma_all_gather_bytes != kNotMeasured) {
-    r.run_from = per_rank(config.cma_all_gather_bytes);
-    r.run_until = per_rank(config.cma_all_gather_until_bytes);
-    r.run_last = kCopyWalkLast / static_cast<size_t>(ranks);  // m x ranks <= kCopyWalkLast
-  }
+  r.ranks = static_cast<size_t>(ranks);
+  r.run_from = config.cma_all_gather_bytes, r.run_until = config.cma_all_gather_until_bytes;
+  r.run_last = kCopyWalkLast;
   return r;
 }
 
