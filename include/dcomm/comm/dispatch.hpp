@@ -15,6 +15,7 @@
 #include "dcomm/algo/on_ports.hpp"
 #include "dcomm/algo/ring.hpp"
 #include "dcomm/algo/single_copy.hpp"
+#include "dcomm/algo/single_copy_reduce.hpp"
 #include "dcomm/comm/algorithm_choice.hpp"
 #include "dcomm/comm/facts.hpp"
 #include "dcomm/comm/link_table.hpp"
