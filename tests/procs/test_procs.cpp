@@ -117,6 +117,12 @@ TEST_CASE("broadcast staged through the root's mapped block, either side of its 
   check_staged("broadcast_pieces", "DCOMM_ALGO=broadcast:single_copy", {"DCOMM_CMA_BYTES=1K"});
 }
 
+// all_gather's blocks staged through every rank's mapped block: exact either side of each piece
+// boundary (worker.cpp, all_gather_pieces).
+TEST_CASE("all_gather staged through the ranks' mapped blocks, either side of its piece boundaries") {
+  check_staged("all_gather_pieces", "DCOMM_ALGO=all_gather:single_copy", {"DCOMM_CMA_BYTES=1K"});
+}
+
 // all_reduce's finished chunks staged through every rank's mapped block: exact either side of
 // each piece boundary (worker.cpp, all_reduce_pieces).
 TEST_CASE("all_reduce staged through the ranks' mapped blocks, either side of its piece boundaries") {

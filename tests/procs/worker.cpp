@@ -18,6 +18,9 @@
 //   broadcast_pieces  broadcasts either side of where a staged one (algo/single_copy.hpp) takes
 //                   a second piece, a third (a slot used again), an eighth over a tile, and the
 //                   4 MiB cap; in place and out of place, every root; exit 0 when all are exact
+//   all_gather_pieces  all_gathers either side of where a staged one (algo/single_copy.hpp) takes
+//                   a second piece (a tile of each rank's block), a third (a slot used again);
+//                   in place and out of place; exit 0 when all are exact
 //   all_reduce_pieces  all_reduces (sum and max) either side of where a staged one takes a
 //                   second piece (a tile a rank), a third (a slot used again), and with fewer
 //                   elements than ranks; in place and out of place; exit 0 when all are exact
@@ -129,6 +132,28 @@ int main(int argc, char** argv) {
                    in_place ? " in place" : "", s.ok() ? "wrong data" : s.message().c_str(), bad);
             ++wrong;
           }
+        }
+      }
+    return wrong ? 1 : 0;
+  }
+  if (mode == "all_gather_pieces") {
+    const size_t tile = dcomm::detail::kTileBytes / sizeof(float);  // in floats
+    const auto ranks = static_cast<size_t>(c.size());
+    int wrong = 0;
+    for (size_t count : {size_t{1}, tile - 1, tile, tile + 1, 2 * tile, 2 * tile + 1, 3 * tile + 17})
+      for (bool in_place : {true, false}) {
+        auto want = [&](size_t i) { return static_cast<float>((i * 7 + i / count * 13) % 4093); };  // i of the output
+        std::vector<float> send(count), recv(count * ranks, -1.0f);
+        const size_t at = static_cast<size_t>(c.rank()) * count;
+        float* in = in_place ? recv.data() + at : send.data();
+        for (size_t i = 0; i < count; ++i) in[i] = want(at + i);
+        Status s = c.all_gather(in, recv.data(), count, DataType::kFloat32);
+        size_t bad = 0;
+        for (size_t i = 0; i < recv.size(); ++i) bad += recv[i] != want(i);
+        if (!s.ok() || bad) {
+          report("rank %d all_gather_pieces: %zu floats a rank%s: %s (%zu wrong)\n", c.rank(), count,
+                 in_place ? " in place" : "", s.ok() ? "wrong data" : s.message().c_str(), bad);
+          ++wrong;
         }
       }
     return wrong ? 1 : 0;

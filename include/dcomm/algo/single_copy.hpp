@@ -129,29 +129,6 @@ inline Status push_to_peers(const std::vector<PeerPort*>& ports, int rank, const
 }
 }  // namespace detail
 
-// ports[p]: the port to rank p (null for this rank). recv holds size x bytes_per_rank. Each
-// rank pushes its block into every output, a tile at a time. `stream`: the copy into this
-// rank's own output (out of place) streams past the cache (a large output, stream_output()).
-inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int rank, const void* send, void* recv,
-                                     size_t bytes_per_rank, bool stream) {
-  const size_t at = static_cast<size_t>(rank) * bytes_per_rank;
-  char* own = static_cast<char*>(recv) + at;
-  auto peers = detail::swap_descriptors(
-      ports, rank, detail::descriptor_of(send, bytes_per_rank, recv, bytes_per_rank * ports.size()));
-  if (!peers.ok()) return peers.status();
-  // Out of place, the copy into this rank's output (streamed past the cache when large) brings
-  // the input tile into it for the pushes. Where the block is read once (in place, one peer),
-  // one write of the whole block spares the system call a tile costs.
-  const char* in = static_cast<const char*>(send);
-  const size_t tile = own == in && ports.size() == 2 ? std::max<size_t>(bytes_per_rank, 1) : detail::kTileBytes;
-  for (size_t i = 0; i < bytes_per_rank; i += tile) {
-    const size_t n = std::min(tile, bytes_per_rank - i);
-    if (own != in) copy_bytes(own + i, in + i, n, stream);
-    DCOMM_RETURN_IF_ERROR(detail::push_to_peers(ports, rank, *peers, in + i, at + i, n));
-  }
-  return detail::finish(ports, rank);
-}
-
 namespace detail {
 // A staged broadcast's pieces: piece i goes through slot i % kStagedSlots of the root's staging
 // block, so the root copies a piece while the receivers read the one before. A piece is an
@@ -280,6 +257,87 @@ inline Status single_copy_broadcast(const std::vector<PeerPort*>& ports, int ran
   DCOMM_RETURN_IF_ERROR(from_root->read_memory(recv, source->address, source->split, source->input_region));
   DCOMM_RETURN_IF_ERROR(from_root->post(nullptr, 0));
   return detail::await_done(from_root);
+}
+
+namespace detail {
+// A staged all_gather, a piece of `piece` bytes of every rank's block at a time: rank r copies
+// piece i of its block into slot i % kStagedSlots of its staging block (`stage` in the
+// descriptors, which every peer maps) and says so to every peer; once all have, it copies piece
+// i of every peer's block out of their blocks with plain loads. Piece 0 was staged before the
+// descriptors went, which announce it. As in staged_all_reduce (single_copy_reduce.hpp), a
+// rank's "piece i is there" also says it is done copying piece i - 1 out, so the slot of piece
+// i - kStagedSlots is free.
+// `peers[rank]` is this rank's own descriptor.
+inline Status staged_all_gather(const std::vector<PeerPort*>& ports, int rank,
+                                const std::vector<BufferDescriptor>& peers, const char* send, char* recv,
+                                size_t bytes_per_rank, bool stream) {
+  const int size = static_cast<int>(ports.size());
+  const size_t piece = peers[static_cast<size_t>(rank)].piece;
+  char* const own = recv + static_cast<size_t>(rank) * bytes_per_rank;
+  for (size_t i = 0, at = 0; at < bytes_per_rank; ++i, at += piece) {
+    const size_t n = std::min(piece, bytes_per_rank - at), in_slot = (i % kStagedSlots) * piece;
+    char* slot = reinterpret_cast<char*>(peers[static_cast<size_t>(rank)].stage) + in_slot;
+    if (i > 0) {
+      std::memcpy(slot, send + at, n);
+      DCOMM_RETURN_IF_ERROR(post_all(ports, rank, nullptr, 0));  // piece i of this rank's block is there
+      DCOMM_RETURN_IF_ERROR(await_all_done(ports, rank));
+    }
+    if (own != send) copy_bytes(own + at, slot, n, stream);
+    for (int k = 1; k < size; ++k) {  // in ring order from the next rank, so no block is read by all at once
+      const int q = (rank + k) % size;
+      PeerPort* port = ports[static_cast<size_t>(q)];
+      const BufferDescriptor& d = peers[static_cast<size_t>(q)];
+      char* to = recv + static_cast<size_t>(q) * bytes_per_rank + at;
+      if (const char* v = port->memory().view(d.stage_region, d.stage + in_slot, n)) copy_bytes(to, v, n, stream);
+      else DCOMM_RETURN_IF_ERROR(port->read_memory(to, d.stage + in_slot, n));
+    }
+  }
+  // Nobody reads this rank's block once this returns (the next call may write it).
+  return finish(ports, rank);
+}
+}  // namespace detail
+
+// ports[p]: the port to rank p (null for this rank). recv holds size x bytes_per_rank. Each
+// rank pushes its block into every output through the kernel, a tile at a time. `stream`: the
+// copies into this rank's output (out of place; staged, every one) stream past the cache (a
+// large output, stream_output()).
+//
+// With a `staging` block (dispatch passes it where DCOMM_STAGED_COPY says), where no output is
+// from mem_alloc (those take plain stores already), every rank copies its block into its own
+// staging block instead, a piece at a time, and copies the pieces out of the peers' blocks with
+// plain loads (staged_all_gather): a copy more a rank (its own block's), but none through the
+// kernel, which pins every page it copies and reads each cold line of an output it writes
+// first. Every rank says in its descriptor whether it has a block, so all stage or none.
+inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int rank, const void* send, void* recv,
+                                     size_t bytes_per_rank, bool stream, StagingBlock* staging = nullptr) {
+  const size_t at = static_cast<size_t>(rank) * bytes_per_rank;
+  char* own = static_cast<char*>(recv) + at;
+  const char* in = static_cast<const char*>(send);
+  auto mine = detail::descriptor_of(send, bytes_per_rank, recv, bytes_per_rank * ports.size());
+  if (staging && bytes_per_rank && mine.output_region.fd < 0 && detail::any_other_process(ports, rank)) {
+    const size_t piece = std::min(detail::kTileBytes, bytes_per_rank);
+    if (char* area = detail::reserve_slots(*staging, piece, rank, "all_gather")) {
+      std::memcpy(area, in, piece);  // piece 0, which the descriptor announces
+      mine.piece = piece, mine.stage = reinterpret_cast<uint64_t>(area), mine.stage_region = staging->region();
+    }
+  }
+  auto peers = detail::swap_descriptors(ports, rank, mine);
+  if (!peers.ok()) return peers.status();
+  (*peers)[static_cast<size_t>(rank)] = mine;
+  bool staged = mine.piece > 0;
+  for (const auto& d : *peers) staged &= d.piece == mine.piece;
+  if (staged)
+    return detail::staged_all_gather(ports, rank, *peers, in, static_cast<char*>(recv), bytes_per_rank, stream);
+  // Out of place, the copy into this rank's output (streamed past the cache when large) brings
+  // the input tile into it for the pushes. Where the block is read once (in place, one peer),
+  // one write of the whole block spares the system call a tile costs.
+  const size_t tile = own == in && ports.size() == 2 ? std::max<size_t>(bytes_per_rank, 1) : detail::kTileBytes;
+  for (size_t i = 0; i < bytes_per_rank; i += tile) {
+    const size_t n = std::min(tile, bytes_per_rank - i);
+    if (own != in) copy_bytes(own + i, in + i, n, stream);
+    DCOMM_RETURN_IF_ERROR(detail::push_to_peers(ports, rank, *peers, in + i, at + i, n));
+  }
+  return detail::finish(ports, rank);
 }
 
 DCOMM_NAMESPACE_END

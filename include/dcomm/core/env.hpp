@@ -227,12 +227,13 @@ struct Config {
   // it from 24 MiB, all_reduce and reduce_scatter alike).
   size_t cma_out_of_place_bytes = 24u << 20;
   // DCOMM_STAGED_COPY: a single-copy broadcast whose root buffer is not from dcomm::mem_alloc
-  // goes through a staging block the receivers map, and a single-copy all_reduce whose outputs
-  // are not all from it moves its finished chunks through the ranks' blocks
-  // (algo/single_copy.hpp): 1 always between processes, 0 never (through the kernel), -1
-  // (auto): a broadcast where ranks outnumber the cores over kMaxTunedLoad (2) times, or
-  // outnumber them and the call is in place and at least 2 MiB; an all_reduce out of place over
-  // kMaxTunedLoad ranks a core (comm/dispatch.hpp).
+  // goes through a staging block the receivers map, and a single-copy all_gather or all_reduce
+  // whose outputs are not all from it moves its blocks or finished chunks through the ranks'
+  // blocks (algo/single_copy.hpp, single_copy_reduce.hpp): 1 always between processes, 0 never
+  // (through the kernel), -1 (auto): a broadcast where ranks outnumber the cores over
+  // kMaxTunedLoad (2) times, or outnumber them and the call is in place and at least 2 MiB; an
+  // all_gather there, and an all_reduce out of place, over kMaxTunedLoad ranks a core
+  // (comm/dispatch.hpp).
   int staged_copy = -1;
   // Set by the host tuning (comm/host_tuning.hpp) at a set-up: a communicator made from this one
   // (split, shrink, grow) takes its rank 0's values and measures nothing, so a recovery waits for
