@@ -85,7 +85,7 @@ inline Result<bool> run_single_copy(const DispatchContext& c, const OpDesc& d, c
   };
   if (d.kind == OpKind::kAllGather) {
     // Staged where the ranks outnumber the cores over kMaxTunedLoad times (8 processes on 2
-    // cores: 0.37-0.84x the time of pushing through the kernel at 16 KiB-8 MiB out of place,
+    // cores: 0.37-0.98x the time of pushing through the kernel at 16 KiB-8 MiB out of place,
     // 0.72-0.91x in place from 512 KiB, where the choice takes single copy). 4 processes went
     // either way with the VM's stretches (0.41-0.92x, then 1.3-1.9x), 2 processes behind at most
     // sizes (1.1-1.9x). Figures: docs/benchmarking.md, "Figures behind the comments".
