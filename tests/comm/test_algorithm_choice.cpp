@@ -375,10 +375,13 @@ TEST_CASE("choice cache: a shape seen before is not weighed again; another shape
   ChoiceCache cache;
   int weighed = 0;
   auto get = [&](CallShape s, Algorithm a) {
-    return cache.get(s, [&] {
-      ++weighed;
-      return Choice{a, "test"};
-    });
+    return cache
+        .get(s,
+             [&] {
+               ++weighed;
+               return ChosenShape{Choice{a, "test"}, Duel()};
+             })
+        .choice;
   };
   const CallShape ar{OpKind::kAllReduce, 2, 4, 2, false};
   CHECK(get(ar, Algorithm::kDirect).algorithm == Algorithm::kDirect);
@@ -514,4 +517,84 @@ TEST_CASE("a message pulls where all_gather's walk timed single copy ahead for b
     CHECK_FALSE(pulls(pull_rule(c, 2, link), c.cma_bytes - 1, all_to_all));
     CHECK(pulls(pull_rule(c, 2, link), c.cma_bytes, all_to_all));
   }
+}
+
+TEST_CASE("duel: a trial after the gap, the last calls of each side timed, the gap doubled by a loss, reset by a win") {
+  CHECK_FALSE(Duel().active());
+  CHECK(Duel().next(Algorithm::kRing) == Algorithm::kRing);
+  Duel idle;
+  for (int i = 0; i < 2 * Duel::kLastGap; ++i) CHECK_FALSE(idle.record(1.0));  // no rival: never a trial
+  Algorithm chosen = Algorithm::kRing;
+  Duel d(Algorithm::kSingleCopy);
+  REQUIRE(d.active());
+  // One trial after `gap` calls of the choice: call i takes i + 1 us but for a preempted one
+  // (1e6 us) among each side's timed calls, so the fastest say which calls were timed: the
+  // choice's last kTimed, and the rival's but its first, whose time (1 us) would be the fastest.
+  auto trial = [&](int gap) {
+    REQUIRE(d.gap() == gap);
+    for (int i = 0; i < gap; ++i) {
+      CHECK(d.next(chosen) == chosen);
+      CHECK_FALSE(d.record(i == gap - 2 ? 1e6 : i + 1));
+    }
+    for (int i = 0; i <= Duel::kTimed; ++i) {
+      CHECK(d.next(chosen) == d.rival());
+      CHECK(d.record(i == 0 ? 1 : i == 1 ? 1e6 : gap + i + 1) == (i == Duel::kTimed));  // ends at its last call
+    }
+    CHECK(d.fastest()[0] == gap - Duel::kTimed + 1);  // call gap - kTimed (0-based), the first timed
+    CHECK(d.fastest()[1] == gap + 3);                 // the rival's third call
+  };
+  trial(Duel::kFirstGap);
+  CHECK_FALSE(d.decide({100, 95}, chosen));  // 0.95 of the time: within kMargin, no switch
+  CHECK(chosen == Algorithm::kRing);
+  trial(2 * Duel::kFirstGap);
+  CHECK_FALSE(d.decide({100, 100 * Duel::kMargin}, chosen));  // exactly at the margin: not under it
+  for (int gap = 4 * Duel::kFirstGap; gap < Duel::kLastGap; gap *= 2) {
+    trial(gap);
+    CHECK_FALSE(d.decide({100, 300}, chosen));
+  }
+  trial(Duel::kLastGap);
+  CHECK_FALSE(d.decide({100, 300}, chosen));
+  trial(Duel::kLastGap);               // no further than kLastGap
+  CHECK(d.decide({100, 89}, chosen));  // under 0.9: the two trade places, the gap starts again
+  CHECK(chosen == Algorithm::kSingleCopy);
+  CHECK(d.rival() == Algorithm::kRing);
+  trial(Duel::kFirstGap);
+  CHECK(d.decide({50, 20}, chosen));  // and back
+  CHECK(chosen == Algorithm::kRing);
+  CHECK(d.gap() == Duel::kFirstGap);
+}
+
+TEST_CASE("duel rival: single copy against the FIFO algorithm it would run without, where the walks time them") {
+  Config c;
+  c.cma_bytes = 16384;
+  const LinkModel link;
+  const size_t big = 1 << 20;
+  const CallShape gather{OpKind::kAllGather, big / 4 / 2, 4, 2, false};
+  const Algorithm fifo = choose_algorithm(gather, c, /*single_copy=*/false, link).algorithm;
+  REQUIRE(fifo != Algorithm::kSingleCopy);
+  CHECK(duel_rival(gather, c, true, link, Algorithm::kSingleCopy) == fifo);
+  for (OpKind kind : {OpKind::kAllGather, OpKind::kBroadcast, OpKind::kAllReduce, OpKind::kReduceScatter}) {
+    CAPTURE(to_string(kind));
+    const bool per_rank = kind == OpKind::kAllGather || kind == OpKind::kReduceScatter;
+    const size_t count = kDuelFirst / 4 / (per_rank ? 2 : 1);  // bytes() is kDuelFirst
+    const CallShape at{kind, count, 4, 2, false}, below{kind, count - 1, 4, 2, false};
+    REQUIRE(at.bytes() == kDuelFirst);
+    CHECK(duel_rival(at, c, true, link, Algorithm::kRing) == Algorithm::kSingleCopy);
+    CHECK_FALSE(duel_rival(below, c, true, link, Algorithm::kRing));  // under the walks' first size
+    CHECK_FALSE(duel_rival(at, c, false, link, Algorithm::kRing));    // no single copy on this host
+    CHECK_FALSE(duel_rival(at, c, true, link, Algorithm::kSingleCopyIfRegistered));
+    CallShape two_hosts = at;
+    two_hosts.hosts = 2;
+    CHECK_FALSE(duel_rival(two_hosts, c, true, link, Algorithm::kRing));
+    Config off = c;
+    off.duel = false;  // DCOMM_DUEL=0
+    CHECK_FALSE(duel_rival(at, off, true, link, Algorithm::kRing));
+    Config forced = c;
+    forced.algo[static_cast<size_t>(algo_index(kind))] = "ring";  // DCOMM_ALGO names it
+    CHECK_FALSE(duel_rival(at, forced, true, link, Algorithm::kRing));
+    Config ordered = c;
+    ordered.deterministic = true;
+    CHECK(duel_rival(at, ordered, true, link, Algorithm::kRing).has_value() == !has_reduction(kind));
+  }
+  CHECK_FALSE(duel_rival({OpKind::kReduce, big, 4, 2, false}, c, true, link, Algorithm::kRing));  // not walked
 }

@@ -70,6 +70,14 @@ TEST_CASE("Config::from_env reads DCOMM_* variables and names a bad one") {
   CHECK(Config::from_env()->staged_copy == 0);
   rejects("DCOMM_STAGED_COPY", "2");
 
+  CHECK(Config::from_env()->duel);  // on unless DCOMM_DUEL=0
+  setenv("DCOMM_DUEL", "0", 1);
+  CHECK_FALSE(Config::from_env()->duel);
+  rejects("DCOMM_DUEL", "yes");
+  setenv("DCOMM_DETERMINISTIC", "1", 1);
+  CHECK(Config::from_env()->deterministic);
+  rejects("DCOMM_DETERMINISTIC", "2");
+
   CHECK(Config::from_env()->take_area_bytes == -1);  // auto: the L2 over twice the slots
   setenv("DCOMM_TAKE_AREA_BYTES", "64K", 1);
   CHECK(Config::from_env()->take_area_bytes == 65536);

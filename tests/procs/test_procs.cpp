@@ -123,6 +123,30 @@ TEST_CASE("all_gather staged through the ranks' mapped blocks, either side of it
   check_staged("all_gather_pieces", "DCOMM_ALGO=all_gather:single_copy", {"DCOMM_CMA_BYTES=1K"});
 }
 
+// Every shape's choice duels with its rival (comm/duel.hpp): 200 calls each run trials (after 64
+// calls, then 128), every call exact through them, and every rank switches, or not, alike: the
+// decisions each rank logs are the same lines on every rank.
+TEST_CASE("duels: every call exact through the trials, and every rank decides alike") {
+  const std::string out = "/tmp/dcomm-test-duel-" + std::to_string(getpid());
+  for (int size : {2, 3}) {
+    CAPTURE(size);
+    const auto procs =
+        run_local({"duel"}, size, {"DCOMM_DEBUG=INFO", "DCOMM_DEBUG_SUBSYS=TUNING", "DCOMM_DEBUG_FILE=" + out + ".%p"});
+    check_all_exit(procs, 0);
+    std::vector<std::vector<std::string>> decisions(procs.pids.size());
+    for (size_t r = 0; r < procs.pids.size(); ++r) {
+      const std::string file = detail::cat(out, ".", procs.pids[r]);
+      std::istringstream text(read_file(file));
+      for (std::string line; std::getline(text, line);)
+        if (line.find("the slowest rank's fastest calls") != std::string::npos)
+          decisions[r].push_back(line.substr(line.find("TUNING ")));
+      ::unlink(file.c_str());
+    }
+    CHECK(decisions[0].size() >= 2 * 5);  // two trials of each of the five shapes
+    for (size_t r = 1; r < decisions.size(); ++r) CHECK(decisions[r] == decisions[0]);
+  }
+}
+
 // all_reduce's finished chunks staged through every rank's mapped block: exact either side of
 // each piece boundary (worker.cpp, all_reduce_pieces).
 TEST_CASE("all_reduce staged through the ranks' mapped blocks, either side of its piece boundaries") {

@@ -21,6 +21,9 @@
 //   all_gather_pieces  all_gathers either side of where a staged one (algo/single_copy.hpp) takes
 //                   a second piece (a tile of each rank's block), a third (a slot used again);
 //                   in place and out of place; exit 0 when all are exact
+//   duel             all_gather (in and out of place), broadcast, all_reduce and reduce_scatter of
+//                   32 KiB, 200 calls each, through the duels' trials (comm/duel.hpp); exit 0
+//                   when every call is exact
 //   all_reduce_pieces  all_reduces (sum and max) either side of where a staged one takes a
 //                   second piece (a tile a rank), a third (a slot used again), and with fewer
 //                   elements than ranks; in place and out of place; exit 0 when all are exact
@@ -156,6 +159,47 @@ int main(int argc, char** argv) {
           ++wrong;
         }
       }
+    return wrong ? 1 : 0;
+  }
+  if (mode == "duel") {
+    const size_t n = 8192, ranks = static_cast<size_t>(c.size()), me = static_cast<size_t>(c.rank());
+    auto term = [](size_t i, size_t r, int call) { return static_cast<float>((i * 7 + r * 13 + call) % 4093); };
+    int wrong = 0;
+    auto check = [&](const char* what, int call, const Status& s, const float* out, size_t count, auto want) {
+      size_t bad = 0;
+      for (size_t i = 0; i < count; ++i) bad += out[i] != want(i);
+      if (s.ok() && !bad) return;
+      report("rank %d duel: %s, call %d: %s (%zu wrong)\n", c.rank(), what, call,
+             s.ok() ? "wrong data" : s.message().c_str(), bad);
+      ++wrong;
+    };
+    for (int call = 0; call < 200 && !wrong; ++call) {
+      std::vector<float> in(n * ranks), out(n * ranks, -1.0f);
+      for (size_t i = 0; i < n; ++i) in[i] = term(i, me, call);
+      // all_gather out of place, then in place (rank r's block at r * n of the output)
+      auto block = [&](size_t i) { return term(i % n, i / n, call); };
+      check("all_gather", call, c.all_gather(in.data(), out.data(), n, DataType::kFloat32), out.data(), n * ranks,
+            block);
+      for (size_t i = 0; i < n; ++i) out[me * n + i] = term(i, me, call);
+      check("all_gather in place", call, c.all_gather(out.data() + me * n, out.data(), n, DataType::kFloat32),
+            out.data(), n * ranks, block);
+      const int root = 1 % c.size();
+      std::vector<float> b(n);
+      for (size_t i = 0; i < n; ++i) b[i] = c.rank() == root ? term(i, 99, call) : -1.0f;
+      check("broadcast", call, c.broadcast(b.data(), b.data(), n, DataType::kFloat32, root), b.data(), n,
+            [&](size_t i) { return term(i, 99, call); });
+      // all_reduce of n floats, then reduce_scatter of n a rank: sums of every rank's term
+      for (size_t i = 0; i < n * ranks; ++i) in[i] = term(i, me, call);
+      auto sum = [&](size_t i) {
+        float v = 0;
+        for (size_t r = 0; r < ranks; ++r) v += term(i, r, call);
+        return v;
+      };
+      check("all_reduce", call, c.all_reduce(in.data(), out.data(), n, DataType::kFloat32, ReduceOp::kSum), out.data(),
+            n, sum);
+      check("reduce_scatter", call, c.reduce_scatter(in.data(), out.data(), n, DataType::kFloat32, ReduceOp::kSum),
+            out.data(), n, [&](size_t i) { return sum(me * n + i); });
+    }
     return wrong ? 1 : 0;
   }
   if (mode == "all_reduce_pieces") {

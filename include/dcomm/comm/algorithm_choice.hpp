@@ -19,6 +19,7 @@
 #include "dcomm/algo/direct.hpp"
 #include "dcomm/algo/p2p.hpp"
 #include "dcomm/comm/cost_model.hpp"
+#include "dcomm/comm/duel.hpp"
 #include "dcomm/comm/op.hpp"
 #include "dcomm/core/config.hpp"
 #include "dcomm/core/env.hpp"
@@ -237,18 +238,45 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
   return {best, "cost model"};
 }
 
+// The rival a shape's choice duels with while it runs (comm/duel.hpp; DCOMM_DUEL), if any: single
+// copy against the FIFO algorithm the choice would run without it, where the host tuning's walks
+// time the two (all_gather, broadcast, all_reduce, reduce_scatter between the ranks of one host,
+// from the walks' first size), and where nothing forced or fixed the choice: not a reduction
+// DCOMM_DETERMINISTIC orders, not one deferred to whether the buffers are from mem_alloc
+// (kSingleCopyIfRegistered), not where a DCOMM_ALGO names the algorithm.
+inline constexpr size_t kDuelFirst = 16u << 10;
+inline std::optional<Algorithm> duel_rival(const CallShape& c, const Config& config, bool single_copy,
+                                           const LinkModel& link, Algorithm chosen) {
+  const bool kind = c.kind == OpKind::kAllGather || c.kind == OpKind::kBroadcast || c.kind == OpKind::kAllReduce ||
+                    c.kind == OpKind::kReduceScatter;
+  if (!config.duel || !kind || !single_copy || c.hosts > 1 || c.ranks < 2 || c.ranks > kAllPeerMaxRanks ||
+      c.bytes() < kDuelFirst || (config.deterministic && has_reduction(c.kind)) ||
+      !config.algo[static_cast<size_t>(algo_index(c.kind))].empty())
+    return std::nullopt;
+  if (chosen == Algorithm::kSingleCopy) return choose_algorithm(c, config, /*single_copy=*/false, link).algorithm;
+  if (chosen == Algorithm::kSingleCopyIfRegistered) return std::nullopt;
+  return Algorithm::kSingleCopy;
+}
+
+// A shape's choice, and its duel with its rival (inactive where it has none).
+struct ChosenShape {
+  Choice choice;
+  Duel duel;
+};
+
 // The choices of the shapes called lately. A training loop repeats a few shapes, and weighing
 // every candidate (cost_model.hpp) took a quarter of an 8-byte call's time. Direct-mapped by
 // shape; right while the config and the agreed facts stay as they were when it was filled (a
 // communicator clears it once its link model is tuned).
 class ChoiceCache {
  public:
+  // `choose` makes the ChosenShape of a shape not cached.
   template <class Choose>
-  Choice get(const CallShape& s, Choose&& choose) {
+  ChosenShape& get(const CallShape& s, Choose&& choose) {
     const Key k = key(s);
     Entry& e = entries_[slot(k)];
     if (!e.valid || e.key != k) e = {true, k, choose()};
-    return e.choice;
+    return e.chosen;
   }
   void clear() { entries_ = {}; }
 
@@ -265,7 +293,7 @@ class ChoiceCache {
   struct Entry {
     bool valid = false;
     Key key{};
-    Choice choice{};
+    ChosenShape chosen{};
   };
   static constexpr size_t kEntries = 64;
   // Every word, and every bit of it, reaches the slot (multiplied, then the top bits), so

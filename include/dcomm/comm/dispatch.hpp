@@ -6,6 +6,8 @@
 // a block of reduce_scatter / all_gather belongs to the rank at its position.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -208,17 +210,47 @@ inline void log_tuning(const DispatchContext& c, const CallShape& shape, const C
 
 // Collective d (not point-to-point or barrier) from the call to the algorithm: its reducer,
 // its shape, the choice (or `forced`: tuning.hpp's measurements), the run.
+namespace detail {
+// A duel's trial has ended (comm/duel.hpp): every rank takes the slowest rank's fastest calls,
+// one all_reduce (max) of two numbers over the ring, and all decide alike.
+inline Status settle_duel(const DispatchContext& c, const CallShape& shape, ChosenShape& chosen) {
+  std::array<double, 2> slowest = chosen.duel.fastest();
+  auto max = make_host_reducer(DataType::kFloat64, ReduceOp::kMax, c.size());
+  if (!max.ok()) return max.status();
+  const OpDesc agree{OpKind::kAllReduce, slowest.data(),     slowest.data(),
+                     slowest.size(),     DataType::kFloat64, ReduceOp::kMax};
+  DCOMM_RETURN_IF_ERROR(run_ring(
+      c, agree, *max, CallShape{OpKind::kAllReduce, slowest.size(), sizeof(double), c.size(), true, c.facts.hosts}));
+  const Algorithm was = chosen.choice.algorithm, rival = chosen.duel.rival();
+  if (chosen.duel.decide(slowest, chosen.choice.algorithm)) chosen.choice.reason = "duel";
+  DCOMM_LOG(kInfo, kSubsysTuning, c.rank, to_string(shape.kind), " ", shape.bytes(), " bytes on ", shape.ranks,
+            " ranks, the slowest rank's fastest calls: ", to_string(was), " ", slowest[0], " us, ", to_string(rival),
+            " ", slowest[1], " us: ", to_string(chosen.choice.algorithm), " from now on (the next trial in ",
+            chosen.duel.gap(), " calls)");
+  return {};
+}
+}  // namespace detail
+
 inline Status dispatch_collective(const DispatchContext& c, const OpDesc& d, std::optional<Algorithm> forced) {
   auto reducer = make_host_reducer(d.type, d.op, c.size());
   if (!reducer.ok()) return reducer.status();
   const size_t eb = reducer->elem_bytes;
   const CallShape shape{d.kind, d.count, eb, c.size(), in_place_everywhere(d, eb, c.rank), c.facts.hosts};
-  const Choice choice =
-      forced ? Choice{*forced, "forced"} : c.choices.get(shape, [&] { return choose_for(c.facts, c.config, shape); });
+  if (forced) return run_algorithm(c, d, *reducer, shape, *forced);
+  ChosenShape& chosen = c.choices.get(shape, [&] {
+    const Choice choice = choose_for(c.facts, c.config, shape);
+    const auto rival = duel_rival(shape, c.config, c.facts.single_copy, c.facts.link, choice.algorithm);
+    return ChosenShape{choice, rival ? Duel(*rival) : Duel()};
+  });
+  const Algorithm algorithm = chosen.duel.next(chosen.choice.algorithm);
   DCOMM_LOG(kTrace, kSubsysColl, c.rank, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
-            to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(choice.algorithm));
-  if (!forced && Logger::instance().enabled(LogLevel::kInfo, kSubsysTuning)) log_tuning(c, shape, choice);
-  return run_algorithm(c, d, *reducer, shape, choice.algorithm);
+            to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(algorithm));
+  if (Logger::instance().enabled(LogLevel::kInfo, kSubsysTuning)) log_tuning(c, shape, chosen.choice);
+  if (!chosen.duel.active()) return run_algorithm(c, d, *reducer, shape, algorithm);
+  const auto t0 = std::chrono::steady_clock::now();
+  DCOMM_RETURN_IF_ERROR(run_algorithm(c, d, *reducer, shape, algorithm));
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  return chosen.duel.record(us) ? detail::settle_duel(c, shape, chosen) : Status{};
 }
 
 DCOMM_NAMESPACE_END

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "dcomm/core/algorithms.hpp"
 #include "dcomm/core/config.hpp"
@@ -250,6 +251,10 @@ struct Config {
   // DCOMM_DETERMINISTIC=1: every reduction folds the ranks' contributions in rank order
   // (algo/ordered.hpp), so its bits do not depend on the algorithm, sizes or timing.
   bool deterministic = false;
+  // DCOMM_DUEL=1 (the default): a call shape's choice duels with its rival while it runs, single
+  // copy against the FIFO algorithms, and every rank switches where the rival was faster
+  // (comm/duel.hpp); 0: the choice made at the first call serves.
+  bool duel = true;
 
   static Result<Config> from_env() {
     Config c;
@@ -315,9 +320,11 @@ struct Config {
     auto algo = parse_algo(env_or("DCOMM_ALGO"));
     if (!algo.ok()) return algo.status();
     c.algo = *algo;
-    const std::string det = env_or("DCOMM_DETERMINISTIC", "0");
-    if (det != "0" && det != "1") return invalid_argument("DCOMM_DETERMINISTIC='", det, "' is not 0 or 1");
-    c.deterministic = det == "1";
+    for (auto [name, flag] : {std::pair{"DCOMM_DETERMINISTIC", &c.deterministic}, std::pair{"DCOMM_DUEL", &c.duel}}) {
+      const std::string v = env_or(name, *flag ? "1" : "0");
+      if (v != "0" && v != "1") return invalid_argument(name, "='", v, "' is not 0 or 1");
+      *flag = v == "1";
+    }
     c.socket_ifname = env_or("DCOMM_SOCKET_IFNAME");
     c.shm_dir = env_or("DCOMM_SHM_DIR", c.shm_dir);
     return c;
