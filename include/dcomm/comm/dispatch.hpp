@@ -208,8 +208,6 @@ inline void log_tuning(const DispatchContext& c, const CallShape& shape, const C
             " ranks: ", to_string(choice.algorithm), " (", choice.reason, "); predicted:", line);
 }
 
-// Collective d (not point-to-point or barrier) from the call to the algorithm: its reducer,
-// its shape, the choice (or `forced`: tuning.hpp's measurements), the run.
 namespace detail {
 // A duel's trial has ended (comm/duel.hpp): every rank takes the slowest rank's fastest calls,
 // one all_reduce (max) of two numbers over the ring, and all decide alike.
@@ -231,26 +229,27 @@ inline Status settle_duel(const DispatchContext& c, const CallShape& shape, Chos
 }
 }  // namespace detail
 
+// Collective d (not point-to-point or barrier) from the call to the algorithm: its reducer,
+// its shape, the choice (or `forced`: tuning.hpp's measurements), the run.
 inline Status dispatch_collective(const DispatchContext& c, const OpDesc& d, std::optional<Algorithm> forced) {
   auto reducer = make_host_reducer(d.type, d.op, c.size());
   if (!reducer.ok()) return reducer.status();
   const size_t eb = reducer->elem_bytes;
   const CallShape shape{d.kind, d.count, eb, c.size(), in_place_everywhere(d, eb, c.rank), c.facts.hosts};
-  if (forced) return run_algorithm(c, d, *reducer, shape, *forced);
-  ChosenShape& chosen = c.choices.get(shape, [&] {
+  ChosenShape* chosen = forced ? nullptr : &c.choices.get(shape, [&] {
     const Choice choice = choose_for(c.facts, c.config, shape);
     const auto rival = duel_rival(shape, c.config, c.facts.single_copy, c.facts.link, choice.algorithm);
     return ChosenShape{choice, rival ? Duel(*rival) : Duel()};
   });
-  const Algorithm algorithm = chosen.duel.next(chosen.choice.algorithm);
+  const Algorithm algorithm = chosen ? chosen->duel.next(chosen->choice.algorithm) : *forced;
   DCOMM_LOG(kTrace, kSubsysColl, c.rank, to_string(d.kind), " count ", d.count, " ", to_string(d.type), " ",
             to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(algorithm));
-  if (Logger::instance().enabled(LogLevel::kInfo, kSubsysTuning)) log_tuning(c, shape, chosen.choice);
-  if (!chosen.duel.active()) return run_algorithm(c, d, *reducer, shape, algorithm);
+  if (chosen && Logger::instance().enabled(LogLevel::kInfo, kSubsysTuning)) log_tuning(c, shape, chosen->choice);
+  if (!chosen || !chosen->duel.active()) return run_algorithm(c, d, *reducer, shape, algorithm);
   const auto t0 = std::chrono::steady_clock::now();
   DCOMM_RETURN_IF_ERROR(run_algorithm(c, d, *reducer, shape, algorithm));
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  return chosen.duel.record(us) ? detail::settle_duel(c, shape, chosen) : Status{};
+  return chosen->duel.record(us) ? detail::settle_duel(c, shape, *chosen) : Status{};
 }
 
 DCOMM_NAMESPACE_END
