@@ -155,6 +155,25 @@ inline char* reserve_slots(StagingBlock& staging, size_t slot_bytes, int rank, c
   return nullptr;
 }
 
+// Offers this rank's staging block for a call staged in slots of `slot_bytes` (all_gather,
+// all_reduce): reserves them and says so in `mine` (piece, stage, stage_region), which the
+// descriptor swap hands every peer. False, `mine` unchanged, where there is no room.
+inline bool offer_stage(BufferDescriptor& mine, StagingBlock& staging, size_t slot_bytes, int rank, const char* op) {
+  char* area = reserve_slots(staging, slot_bytes, rank, op);
+  if (!area) return false;
+  mine.piece = slot_bytes, mine.stage = reinterpret_cast<uint64_t>(area), mine.stage_region = staging.region();
+  return true;
+}
+
+// Whether every rank offered a stage of the same slot size (`peers` from the swap, this rank's
+// own among them): each rank reads the same descriptors, so all stage or none.
+inline bool all_staged(const std::vector<BufferDescriptor>& peers, const BufferDescriptor& mine) {
+  if (mine.piece == 0) return false;
+  for (const auto& d : peers)
+    if (d.piece != mine.piece) return false;
+  return true;
+}
+
 // Whether some peer is another process (threads of this one read the root's buffer in place).
 inline bool any_other_process(const std::vector<PeerPort*>& ports, int rank) {
   for (size_t p = 0; p < ports.size(); ++p)
@@ -192,8 +211,7 @@ inline Status staged_broadcast_receive(PeerPort* from_root, const BufferDescript
     if (i > 0) DCOMM_RETURN_IF_ERROR(await_done(from_root));  // the root's "piece i is there"
     const size_t n = std::min(piece, bytes - at);
     const uint64_t from = source.address + (i % kStagedSlots) * piece;
-    if (const char* v = from_root->memory().view(source.input_region, from, n)) copy_bytes(recv + at, v, n, stream);
-    else DCOMM_RETURN_IF_ERROR(from_root->read_memory(recv + at, from, n));
+    DCOMM_RETURN_IF_ERROR(from_root->read_memory(recv + at, from, n, source.input_region, stream));
     DCOMM_RETURN_IF_ERROR(from_root->post(nullptr, 0));
   }
   if (stream) stream_fence();  // the streamed output, before the caller hands it on
@@ -285,11 +303,10 @@ inline Status staged_all_gather(const std::vector<PeerPort*>& ports, int rank,
     if (own != send) copy_bytes(own + at, slot, n, stream);
     for (int k = 1; k < size; ++k) {  // in ring order from the next rank, so no block is read by all at once
       const int q = (rank + k) % size;
-      PeerPort* port = ports[static_cast<size_t>(q)];
       const BufferDescriptor& d = peers[static_cast<size_t>(q)];
       char* to = recv + static_cast<size_t>(q) * bytes_per_rank + at;
-      if (const char* v = port->memory().view(d.stage_region, d.stage + in_slot, n)) copy_bytes(to, v, n, stream);
-      else DCOMM_RETURN_IF_ERROR(port->read_memory(to, d.stage + in_slot, n));
+      DCOMM_RETURN_IF_ERROR(
+          ports[static_cast<size_t>(q)]->read_memory(to, d.stage + in_slot, n, d.stage_region, stream));
     }
   }
   // Nobody reads this rank's block once this returns (the next call may write it).
@@ -316,17 +333,13 @@ inline Status single_copy_all_gather(const std::vector<PeerPort*>& ports, int ra
   auto mine = detail::descriptor_of(send, bytes_per_rank, recv, bytes_per_rank * ports.size());
   if (staging && bytes_per_rank && mine.output_region.fd < 0 && detail::any_other_process(ports, rank)) {
     const size_t piece = std::min(detail::kTileBytes, bytes_per_rank);
-    if (char* area = detail::reserve_slots(*staging, piece, rank, "all_gather")) {
-      std::memcpy(area, in, piece);  // piece 0, which the descriptor announces
-      mine.piece = piece, mine.stage = reinterpret_cast<uint64_t>(area), mine.stage_region = staging->region();
-    }
+    if (detail::offer_stage(mine, *staging, piece, rank, "all_gather"))
+      std::memcpy(reinterpret_cast<char*>(mine.stage), in, piece);  // piece 0, which the descriptor announces
   }
   auto peers = detail::swap_descriptors(ports, rank, mine);
   if (!peers.ok()) return peers.status();
   (*peers)[static_cast<size_t>(rank)] = mine;
-  bool staged = mine.piece > 0;
-  for (const auto& d : *peers) staged &= d.piece == mine.piece;
-  if (staged)
+  if (detail::all_staged(*peers, mine))
     return detail::staged_all_gather(ports, rank, *peers, in, static_cast<char*>(recv), bytes_per_rank, stream);
   // Out of place, the copy into this rank's output (streamed past the cache when large) brings
   // the input tile into it for the pushes. Where the block is read once (in place, one peer),

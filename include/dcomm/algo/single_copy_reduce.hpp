@@ -138,13 +138,15 @@ inline Status staged_all_reduce(const std::vector<PeerPort*>& ports, int rank, c
     DCOMM_RETURN_IF_ERROR(await_all_done(ports, rank));
     for (int k = 0; k < size; ++k) {  // from this rank's own chunk, in ring order
       const int q = (rank + k) % size;
-      PeerPort* port = ports[static_cast<size_t>(q)];
       const BufferDescriptor& d = peers[static_cast<size_t>(q)];
       const size_t len = (chunks.off(q + 1) - chunks.off(q)) * eb;
       char* to = recv + (at + chunks.off(q)) * eb;
-      if (const char* v = q == rank ? slot : port->memory().view(d.stage_region, d.stage + in_slot, len))
-        copy_bytes(to, v, len, stream);
-      else DCOMM_RETURN_IF_ERROR(port->read_memory(to, d.stage + in_slot, len));
+      if (q == rank) {
+        copy_bytes(to, slot, len, stream);
+        continue;
+      }
+      DCOMM_RETURN_IF_ERROR(
+          ports[static_cast<size_t>(q)]->read_memory(to, d.stage + in_slot, len, d.stage_region, stream));
     }
   }
   // Nobody reads this rank's block or input once this returns (the next call may write them).
@@ -175,8 +177,7 @@ inline Result<bool> single_copy_all_reduce(const std::vector<PeerPort*>& ports, 
   auto mine = detail::descriptor_of(send, count * eb, keeps ? recv : nullptr, keeps ? count * eb : 0);
   if (staging && root == detail::kPushAll && count && detail::any_other_process(ports, rank)) {
     const size_t slot = std::min(detail::kTileBytes, chunks.off(1) * eb);  // a rank's chunk of a piece
-    if (char* area = detail::reserve_slots(*staging, slot, rank, "all_reduce"))
-      mine.piece = slot, mine.stage = reinterpret_cast<uint64_t>(area), mine.stage_region = staging->region();
+    detail::offer_stage(mine, *staging, slot, rank, "all_reduce");
   }
   auto peers = detail::swap_descriptors(ports, rank, mine);
   if (!peers.ok()) return peers.status();
@@ -184,9 +185,7 @@ inline Result<bool> single_copy_all_reduce(const std::vector<PeerPort*>& ports, 
                               ? detail::all_registered(*peers, mine, rank, &detail::BufferDescriptor::output_region)
                               : (rank == root ? mine : (*peers)[static_cast<size_t>(root)]).output_region.fd >= 0;
   (*peers)[static_cast<size_t>(rank)] = mine;
-  bool staged = !registered && mine.piece > 0;
-  for (const auto& d : *peers) staged &= d.piece == mine.piece;
-  if (staged) {
+  if (!registered && detail::all_staged(*peers, mine)) {
     DCOMM_RETURN_IF_ERROR(detail::staged_all_reduce(ports, rank, r, *peers, static_cast<const char*>(send),
                                                     static_cast<char*>(recv), count, stream));
     return true;

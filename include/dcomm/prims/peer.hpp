@@ -247,8 +247,8 @@ class PeerPort {
   PeerMemory& memory() { return memory_; }
   // A single copy from or into the peer's buffers (PeerMemory's read and write); one that fails
   // reports the communicator's abort reason when it arrives within the grace (abort_reason_or).
-  Status read_memory(void* dst, uint64_t src, size_t bytes, const RegionRef& region = {}) {
-    return abort_reason_or(memory_.read(dst, src, bytes, region));
+  Status read_memory(void* dst, uint64_t src, size_t bytes, const RegionRef& region = {}, bool stream = false) {
+    return abort_reason_or(memory_.read(dst, src, bytes, region, stream));
   }
   Status write_memory(uint64_t dst, const void* src, size_t bytes, const RegionRef& region = {}, bool stream = false) {
     return abort_reason_or(memory_.write(dst, src, bytes, region, stream));

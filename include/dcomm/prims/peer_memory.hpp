@@ -76,10 +76,12 @@ class PeerMemory {
 
   // Copies `bytes` from address `src` in the peer's memory (single-copy paths; only used when
   // the communicator found cross-memory attach working between every pair): by plain loads
-  // where view() allows, else by cross-memory attach.
-  Status read(void* dst, uint64_t src, size_t bytes, const RegionRef& region = {}) {
+  // where view() allows, else by cross-memory attach. Plain stores stream past the cache when
+  // `stream` is set (the caller fences before another thread reads `dst`).
+  Status read(void* dst, uint64_t src, size_t bytes, const RegionRef& region = {}, bool stream = false) {
     if (const char* v = view(region, src, bytes)) {
-      if (bytes) std::memmove(dst, v, bytes);
+      if (stream) copy_bytes(dst, v, bytes, true);
+      else if (bytes) std::memmove(dst, v, bytes);
       return {};
     }
     return read_process_memory(info_->pid, false, dst, src, bytes).with_context([&] {
