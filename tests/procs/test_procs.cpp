@@ -125,13 +125,22 @@ TEST_CASE("all_gather staged through the ranks' mapped blocks, either side of it
 
 // Every shape's choice duels with its rival (comm/duel.hpp): 200 calls each run trials (after 64
 // calls, then 128), every call exact through them, and every rank switches, or not, alike: the
-// decisions each rank logs are the same lines on every rank.
+// decisions each rank logs are the same lines on every rank. With single copy through the kernel
+// out of place only below 16 KiB, the out-of-place all_reduce's choice is single copy deferred to
+// the buffers (not from mem_alloc here): it duels as the ring after the descriptors, or staged.
 TEST_CASE("duels: every call exact through the trials, and every rank decides alike") {
   const std::string out = "/tmp/dcomm-test-duel-" + std::to_string(getpid());
-  for (int size : {2, 3}) {
-    CAPTURE(size);
-    const auto procs =
-        run_local({"duel"}, size, {"DCOMM_DEBUG=INFO", "DCOMM_DEBUG_SUBSYS=TUNING", "DCOMM_DEBUG_FILE=" + out + ".%p"});
+  const std::vector<std::string> log = {"DCOMM_DEBUG=INFO", "DCOMM_DEBUG_SUBSYS=TUNING",
+                                        "DCOMM_DEBUG_FILE=" + out + ".%p"};
+  const std::vector<std::string> deferred = {"DCOMM_CMA_REDUCE_BYTES=16K", "DCOMM_CMA_OUT_OF_PLACE_BYTES=16K"};
+  struct Run {
+    int size;
+    std::vector<std::string> env;
+  };
+  for (const Run& run : {Run{2, {}}, Run{3, {}}, Run{2, deferred}, Run{3, with(deferred, {"DCOMM_STAGED_COPY=1"})}}) {
+    CAPTURE(run.size);
+    CAPTURE(run.env.size());
+    const auto procs = run_local({"duel"}, run.size, with(log, run.env));
     check_all_exit(procs, 0);
     std::vector<std::vector<std::string>> decisions(procs.pids.size());
     for (size_t r = 0; r < procs.pids.size(); ++r) {
@@ -144,6 +153,11 @@ TEST_CASE("duels: every call exact through the trials, and every rank decides al
     }
     CHECK(decisions[0].size() >= 2 * 5);  // two trials of each of the five shapes
     for (size_t r = 1; r < decisions.size(); ++r) CHECK(decisions[r] == decisions[0]);
+    if (run.env.empty()) continue;
+    size_t deferred_trials = 0;
+    for (const std::string& line : decisions[0])
+      deferred_trials += line.find("single_copy_if_registered") != std::string::npos;
+    CHECK(deferred_trials >= 2);
   }
 }
 

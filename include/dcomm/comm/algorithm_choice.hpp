@@ -242,8 +242,11 @@ inline Choice choose_algorithm(const CallShape& c, const Config& config, bool si
 // copy against the FIFO algorithm the choice would run without it, where the host tuning's walks
 // time the two (all_gather, broadcast, all_reduce, reduce_scatter between the ranks of one host,
 // from the walks' first size), and where nothing forced or fixed the choice: not a reduction
-// DCOMM_DETERMINISTIC orders, not one deferred to whether the buffers are from mem_alloc
-// (kSingleCopyIfRegistered), not where a DCOMM_ALGO names the algorithm.
+// DCOMM_DETERMINISTIC orders, not where a DCOMM_ALGO names the algorithm. Single copy deferred to
+// whether the buffers are from mem_alloc (kSingleCopyIfRegistered) duels too: where they are not,
+// it runs staged (an all_reduce out of place over kMaxTunedLoad ranks a core: 8 processes on 2
+// cores, 1-8 MiB, which the walks leave untimed; dispatch.hpp) or the ring after the descriptors,
+// and either may be behind the FIFO's choice.
 inline constexpr size_t kDuelFirst = 16u << 10;
 inline std::optional<Algorithm> duel_rival(const CallShape& c, const Config& config, bool single_copy,
                                            const LinkModel& link, Algorithm chosen) {
@@ -253,8 +256,8 @@ inline std::optional<Algorithm> duel_rival(const CallShape& c, const Config& con
       c.bytes() < kDuelFirst || (config.deterministic && has_reduction(c.kind)) ||
       !config.algo[static_cast<size_t>(algo_index(c.kind))].empty())
     return std::nullopt;
-  if (chosen == Algorithm::kSingleCopy) return choose_algorithm(c, config, /*single_copy=*/false, link).algorithm;
-  if (chosen == Algorithm::kSingleCopyIfRegistered) return std::nullopt;
+  if (chosen == Algorithm::kSingleCopy || chosen == Algorithm::kSingleCopyIfRegistered)
+    return choose_algorithm(c, config, /*single_copy=*/false, link).algorithm;
   return Algorithm::kSingleCopy;
 }
 
