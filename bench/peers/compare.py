@@ -17,10 +17,10 @@ alternating, and each size shows its median time and the passes' spread ((max - 
 preemption moves a sub-microsecond mean. Every pass makes at least about 1 ms of calls a size:
 5,000 iterations to 32 KiB, 500 to 1 MiB, 20 above. Above 1 MiB every system first makes 75
 untimed calls (50 and 500 below), past dcomm's first trial of a choice's rival (call 68,
-comm/duel.hpp), as a job that repeats its shapes is long before then. With more ranks than cores, each peer
-runs as it yields there: OpenMPI with --oversubscribe, which makes it yield the core while it
-waits; Intel MPI as it is (its default wait was measured as fast as I_MPI_WAIT_MODE=1 with 4
-ranks on 2 cores, and I_MPI_THREAD_YIELD=3 25x slower); MPICH polls whatever its settings
+comm/duel.hpp), which a job that repeats its shapes passes early on. With more ranks than
+cores, each peer runs as it yields there: OpenMPI with --oversubscribe, which makes it yield
+the core while it waits; Intel MPI as it is (its default wait was measured as fast as
+I_MPI_WAIT_MODE=1 with 4 ranks on 2 cores, and I_MPI_THREAD_YIELD=3 25x slower); MPICH polls whatever its settings
 (MPIR_CVAR_POLLS_BEFORE_YIELD=1 and MPIR_CVAR_ENABLE_HEAVY_YIELD=1 alike: 7.7-8.1 ms a call at
 8 B-8 KiB with 4 ranks on 2 cores, a scheduler's tick), so the default --peers leave MPICH out
 there (name it in --peers to run it anyway).
