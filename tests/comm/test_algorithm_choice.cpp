@@ -523,7 +523,10 @@ TEST_CASE("duel: a trial after the gap, the last calls of each side timed, the g
   CHECK_FALSE(Duel().active());
   CHECK(Duel().next(Algorithm::kRing) == Algorithm::kRing);
   Duel idle;
-  for (int i = 0; i < 2 * Duel::kLastGap; ++i) CHECK_FALSE(idle.record(1.0));  // no rival: never a trial
+  for (int i = 0; i < 2 * Duel::kLastGap; ++i) {  // no rival: never a trial, no call timed
+    CHECK_FALSE(idle.timed());
+    CHECK_FALSE(idle.record(1.0));
+  }
   Algorithm chosen = Algorithm::kRing;
   Duel d(Algorithm::kSingleCopy);
   REQUIRE(d.active());
@@ -534,10 +537,12 @@ TEST_CASE("duel: a trial after the gap, the last calls of each side timed, the g
     REQUIRE(d.gap() == gap);
     for (int i = 0; i < gap; ++i) {
       CHECK(d.next(chosen) == chosen);
+      CHECK(d.timed() == (i >= gap - Duel::kTimed));  // only those read the clock
       CHECK_FALSE(d.record(i == gap - 2 ? 1e6 : i + 1));
     }
     for (int i = 0; i <= Duel::kTimed; ++i) {
       CHECK(d.next(chosen) == d.rival());
+      CHECK(d.timed() == (i > 0));
       CHECK(d.record(i == 0 ? 1 : i == 1 ? 1e6 : gap + i + 1) == (i == Duel::kTimed));  // ends at its last call
     }
     CHECK(d.fastest()[0] == gap - Duel::kTimed + 1);  // call gap - kTimed (0-based), the first timed

@@ -246,9 +246,11 @@ inline Status dispatch_collective(const DispatchContext& c, const OpDesc& d, std
             to_string(d.op), " root ", d.root, shape.in_place ? " in place" : "", " via ", to_string(algorithm));
   if (chosen && Logger::instance().enabled(LogLevel::kInfo, kSubsysTuning)) log_tuning(c, shape, chosen->choice);
   if (!chosen || !chosen->duel.active()) return run_algorithm(c, d, *reducer, shape, algorithm);
-  const auto t0 = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const bool timed = chosen->duel.timed();
+  const Clock::time_point t0 = timed ? Clock::now() : Clock::time_point{};
   DCOMM_RETURN_IF_ERROR(run_algorithm(c, d, *reducer, shape, algorithm));
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const double us = timed ? std::chrono::duration<double, std::micro>(Clock::now() - t0).count() : 0;
   return chosen->duel.record(us) ? detail::settle_duel(c, shape, *chosen) : Status{};
 }
 
