@@ -208,17 +208,16 @@ inline void log_tuning(const DispatchContext& c, const CallShape& shape, const C
             " ranks: ", to_string(choice.algorithm), " (", choice.reason, "); predicted:", line);
 }
 
+inline Status dispatch_collective(const DispatchContext& c, const OpDesc& d, std::optional<Algorithm> forced);
+
 namespace detail {
 // A duel's trial has ended (comm/duel.hpp): every rank takes the slowest rank's fastest calls,
 // one all_reduce (max) of two numbers over the ring, and all decide alike.
 inline Status settle_duel(const DispatchContext& c, const CallShape& shape, ChosenShape& chosen) {
   std::array<double, 2> slowest = chosen.duel.fastest();
-  auto max = make_host_reducer(DataType::kFloat64, ReduceOp::kMax, c.size());
-  if (!max.ok()) return max.status();
-  const OpDesc agree{OpKind::kAllReduce, slowest.data(),     slowest.data(),
-                     slowest.size(),     DataType::kFloat64, ReduceOp::kMax};
-  DCOMM_RETURN_IF_ERROR(run_ring(
-      c, agree, *max, CallShape{OpKind::kAllReduce, slowest.size(), sizeof(double), c.size(), true, c.facts.hosts}));
+  DCOMM_RETURN_IF_ERROR(dispatch_collective(
+      c, {OpKind::kAllReduce, slowest.data(), slowest.data(), slowest.size(), DataType::kFloat64, ReduceOp::kMax},
+      Algorithm::kRing));
   const Algorithm was = chosen.choice.algorithm, rival = chosen.duel.rival();
   if (chosen.duel.decide(slowest, chosen.choice.algorithm)) chosen.choice.reason = "duel";
   DCOMM_LOG(kInfo, kSubsysTuning, c.rank, to_string(shape.kind), " ", shape.bytes(), " bytes on ", shape.ranks,
@@ -230,7 +229,7 @@ inline Status settle_duel(const DispatchContext& c, const CallShape& shape, Chos
 }  // namespace detail
 
 // Collective d (not point-to-point or barrier) from the call to the algorithm: its reducer,
-// its shape, the choice (or `forced`: tuning.hpp's measurements), the run.
+// its shape, the choice (or `forced`: tuning.hpp's measurements, a duel's agreement), the run.
 inline Status dispatch_collective(const DispatchContext& c, const OpDesc& d, std::optional<Algorithm> forced) {
   auto reducer = make_host_reducer(d.type, d.op, c.size());
   if (!reducer.ok()) return reducer.status();
